@@ -1,0 +1,2 @@
+"""hwquant: hardware-aware model compression."""
+__version__ = "0.1.0"
