@@ -1,0 +1,411 @@
+"""The single home of quantization arithmetic: every quantizer, threshold search and exporter
+rounds and clips through this module, so that simulation and the exported integer grid agree.
+
+Every quantizer is described by a grid: an :class:`AffineGrid` (power-of-two, symmetric and
+uniform quantizers all reduce to ``q = clip(round(x / scale) + zero_point, qmin, qmax)``) or a
+:class:`LutGrid` (non-uniform lookup table). Grids keep their parameters as python floats or numpy
+arrays; the functions that apply them work on numpy arrays and torch tensors alike and return the
+input's type, device and dtype. Rounding is round-half-to-even (``np.round`` / ``torch.round``),
+as in ONNX QuantizeLinear. torch is never imported here: it is used only if the caller already
+imported it and passed a tensor, so ``hwquant.core`` stays importable without torch.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from typing import Any, Optional, Tuple, Union
+
+import numpy as np
+
+from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS,
+                               MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD)
+
+# Key of a params dict holding the LUT values bit width (constants.LUT_VALUES_BITWIDTH is its default).
+LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"
+
+
+# ----------------------------------------------------------------------------- backend helpers
+def _torch_for(x):
+    """The torch module if ``x`` is a torch tensor, else None (never imports torch itself)."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+
+
+def _to_numpy(v) -> np.ndarray:
+    """Parameters to numpy, so grids are backend-neutral (a torch tensor is detached and copied)."""
+    return v.detach().cpu().numpy() if _torch_for(v) is not None else np.asarray(v)
+
+
+def _prepare(x):
+    """(xp, x_compute, out_dtype): the array namespace and ``x`` as a float of >= 32 bits.
+
+    Half types are computed in float32 so integers up to 2**16 stay exact; the caller casts back.
+    """
+    torch = _torch_for(x)
+    if torch is not None:
+        x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        out = x.dtype
+        return torch, (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x), out
+    x = np.asarray(x)
+    x = x if x.dtype.kind == "f" else x.astype(np.float64)
+    return np, (x.astype(np.float32) if x.dtype.itemsize < 4 else x), x.dtype
+
+
+def _cast(y, dtype):
+    return y.to(dtype) if _torch_for(y) is not None else np.asarray(y).astype(dtype, copy=False)
+
+
+def per_channel_view(param, x, axis: Optional[int] = None):
+    """``param`` in ``x``'s backend/device/dtype, shaped to broadcast against ``x`` along ``axis``.
+
+    A scalar (or axis=None) is returned as a 0-d value; a 1-D array of length C (or 1) becomes
+    shape ``[1, .., C, .., 1]``. Torch parameters are moved with ``.to`` so gradients flow.
+    """
+    torch = _torch_for(x)
+    if torch is not None:
+        p = (param.to(device=x.device, dtype=x.dtype) if isinstance(param, torch.Tensor)
+             else torch.as_tensor(np.asarray(param), dtype=x.dtype, device=x.device))
+    else:
+        p = _to_numpy(param).astype(x.dtype, copy=False)
+    if axis is None or p.ndim == 0:
+        return p
+    nd = x.ndim
+    if not -nd <= axis < nd:
+        raise ValueError(f"axis must be in [{-nd}, {nd - 1}] for an input of {nd} dims, got {axis}")
+    if p.ndim != 1 or p.shape[0] not in (1, x.shape[axis]):
+        raise ValueError(f"per-channel parameter of shape {tuple(p.shape)} does not match the "
+                         f"{x.shape[axis]} channels of x along axis {axis}")
+    shape = [1] * nd
+    shape[axis] = -1
+    return p.reshape(shape)
+
+
+# ----------------------------------------------------------------------------- validation
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _check_bits(n_bits, name: str = "n_bits") -> int:
+    if not (_is_int(n_bits) and MIN_N_BITS <= n_bits <= MAX_N_BITS):
+        raise ValueError(f"{name} must be an int in [{MIN_N_BITS}, {MAX_N_BITS}], got {n_bits!r}")
+    return int(n_bits)
+
+
+def _check_axis_signed(axis, signed=True):
+    """(axis, signed) validated: axis None (per-tensor) or an int; signed a bool."""
+    if not (axis is None or _is_int(axis)):
+        raise ValueError(f"axis must be None (per-tensor) or an int, got {axis!r}")
+    if not (isinstance(signed, (bool, np.bool_)) or signed in (0, 1)):
+        raise ValueError(f"signed must be a bool, got {signed!r}")
+    return (None if axis is None else int(axis)), bool(signed)
+
+
+def _int_range(n_bits: int, signed: bool) -> Tuple[int, int]:
+    return (-2 ** (n_bits - 1), 2 ** (n_bits - 1) - 1) if signed else (0, 2 ** n_bits - 1)
+
+
+def _check_param(value, name: str, axis, positive: bool = False):
+    """A python float (axis None) or a 1-D float64 array (per-channel), finite (and > 0)."""
+    try:
+        a = np.array(_to_numpy(value), dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number or an array of numbers, got {value!r}") from None
+    if axis is None and a.size != 1:
+        raise ValueError(f"{name} must be a scalar for a per-tensor grid (axis=None), got shape {a.shape}")
+    if a.ndim > 1 or a.size == 0:
+        raise ValueError(f"{name} must be a scalar or a non-empty 1-D per-channel array, got shape {a.shape}")
+    bad = ~np.isfinite(a) | (a <= 0 if positive else False)
+    if bad.any():
+        where = "" if a.ndim == 0 else f" at channels {np.flatnonzero(bad)[:8].tolist()}"
+        raise ValueError(f"{name} must be finite{' and > 0' if positive else ''}, "
+                         f"got {a[bad][:8].tolist() if a.ndim else a.item()!r}{where}")
+    return float(a.reshape(())) if axis is None else np.atleast_1d(a)
+
+
+def _check_range(range_min, range_max, axis):
+    lo, hi = _check_param(range_min, "range_min", axis), _check_param(range_max, "range_max", axis)
+    if axis is not None:
+        lo, hi = (np.array(v) for v in np.broadcast_arrays(lo, hi))
+    bad = np.atleast_1d(lo > hi)
+    if bad.any():
+        lo_bad, hi_bad = (np.atleast_1d(v)[bad][:8].tolist() for v in (lo, hi))
+        raise ValueError(f"range_min must be <= range_max, got range_min={lo_bad} > range_max={hi_bad}")
+    return lo, hi
+
+
+def _scalar_or_array(v, per_channel: bool):
+    return np.asarray(v, dtype=np.float64) if per_channel else float(v)
+
+
+class _ArrayFields:
+    """Value equality and hashing for frozen dataclasses whose fields may hold arrays."""
+
+    def _key(self):
+        freeze = lambda a: (a.shape, tuple(a.ravel().tolist()))  # noqa: E731
+        return tuple(v if v is None or isinstance(v, (int, float, str)) else freeze(np.asarray(_to_numpy(v)))
+                     for v in (getattr(self, f.name) for f in fields(self)))
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+
+# ----------------------------------------------------------------------------- affine grids
+@dataclass(frozen=True, eq=False)
+class AffineGrid(_ArrayFields):
+    """The integer grid of every uniform quantizer: real = (q - zero_point) * scale, q in [qmin, qmax].
+
+    ``scale`` / ``zero_point`` are python floats (per-tensor) or 1-D arrays running along ``axis``
+    of the input (per-channel). Builders produce numpy; a trainable quantizer may put torch tensors
+    here directly and gradients then flow to them.
+    """
+    scale: Any
+    zero_point: Any
+    qmin: int
+    qmax: int
+    axis: Optional[int] = None
+
+    def __post_init__(self):
+        if not (_is_int(self.qmin) and _is_int(self.qmax) and self.qmin < self.qmax):
+            raise ValueError(f"qmin < qmax must be ints, got qmin={self.qmin!r}, qmax={self.qmax!r}")
+        if self.axis is None and any(int(np.prod(getattr(v, "shape", ()))) != 1
+                                     for v in (self.scale, self.zero_point)):
+            raise ValueError("a per-tensor grid (axis=None) needs a scalar scale and zero_point")
+
+    @property
+    def n_levels(self) -> int:
+        return self.qmax - self.qmin + 1
+
+
+def power_of_two_threshold(threshold, min_threshold: float = MIN_THRESHOLD):
+    """The threshold rounded UP to a power of two: ``2**ceil(log2(max(t, min_threshold)))``.
+
+    Computed exactly from the binary exponent (frexp) rather than a floating log2, which can miss
+    values a hair above a power of two.
+    """
+    if not (np.isfinite(min_threshold) and min_threshold > 0):
+        raise ValueError(f"min_threshold must be finite and > 0, got {min_threshold!r}")
+    torch = _torch_for(threshold)
+    if torch is not None:
+        t = threshold if threshold.is_floating_point() else threshold.to(torch.get_default_dtype())
+        if (~torch.isfinite(t) | (t <= 0)).any():
+            raise ValueError(f"threshold must be finite and > 0, got {t.detach().cpu().tolist()!r}")
+        m, e = torch.frexp(t.detach().clamp_min(min_threshold))
+        return torch.ldexp(torch.ones_like(t), e - (m == 0.5).to(e.dtype))
+    a = _check_param(threshold, "threshold", None if np.ndim(threshold) == 0 else 0, positive=True)
+    m, e = np.frexp(np.maximum(a, min_threshold))
+    r = np.ldexp(1.0, e - (m == 0.5))
+    return float(r) if np.ndim(threshold) == 0 else r
+
+
+def symmetric_grid(threshold, n_bits: int, signed: bool = True, axis: Optional[int] = None) -> AffineGrid:
+    """Symmetric grid: scale = t / 2**(n-1) (signed) or t / 2**n (unsigned), zero point 0.
+
+    The representable maximum is ``t - scale``; the grid is [-2**(n-1), 2**(n-1)-1] or [0, 2**n-1].
+    """
+    n, (axis, signed) = _check_bits(n_bits), _check_axis_signed(axis, signed)
+    t = _check_param(threshold, "threshold", axis, positive=True)
+    scale = t / 2.0 ** (n - 1 if signed else n)
+    return AffineGrid(scale, np.zeros_like(scale) if axis is not None else 0.0, *_int_range(n, signed), axis)
+
+
+def power_of_two_grid(threshold, n_bits: int, signed: bool = True, axis: Optional[int] = None,
+                      min_threshold: float = MIN_THRESHOLD) -> AffineGrid:
+    """Symmetric grid on the threshold rounded up to a power of two (a bit shift in hardware)."""
+    t = _check_param(threshold, "threshold", _check_axis_signed(axis)[0], positive=True)
+    return symmetric_grid(power_of_two_threshold(t, min_threshold), n_bits, signed, axis)
+
+
+def _uniform_params(lo, hi, n: int):
+    """(scale, zero_point, range_min', range_max') of the zero-including, zero-on-grid range."""
+    levels = 2 ** n - 1
+    lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
+    # A range narrower than MIN_THRESHOLD (e.g. [0, 0]) is widened to it so the scale never underflows.
+    narrow = (hi - lo) < MIN_THRESHOLD
+    scale = np.maximum(hi - lo, MIN_THRESHOLD) / levels
+    zp = np.clip(np.round(-lo / scale), 0, levels) + 0.0  # "+ 0.0" turns -0.0 into 0.0
+    nudge = ((lo < 0) & (hi > 0)) | narrow
+    new_lo = np.where(nudge, -zp * scale, lo) + 0.0
+    new_hi = np.where(nudge, new_lo + scale * levels, hi)
+    return scale, zp, new_lo, new_hi
+
+
+def fix_range_to_include_zero(range_min, range_max, n_bits: int) -> Tuple[Any, Any]:
+    """Make [range_min, range_max] contain zero and, if it straddles zero, shift it (keeping its
+    width) so that zero falls exactly on a grid point: zero must be exact for padding and ReLU.
+    A range narrower than MIN_THRESHOLD is widened to MIN_THRESHOLD (zero stays on the grid).
+    """
+    n = _check_bits(n_bits)
+    per_channel = np.ndim(_to_numpy(range_min)) > 0 or np.ndim(_to_numpy(range_max)) > 0
+    lo, hi = _check_range(range_min, range_max, 0 if per_channel else None)
+    _, _, lo, hi = _uniform_params(lo, hi, n)
+    return _scalar_or_array(lo, per_channel), _scalar_or_array(hi, per_channel)
+
+
+def uniform_grid(range_min, range_max, n_bits: int, axis: Optional[int] = None) -> AffineGrid:
+    """Affine grid over the zero-fixed range: scale = (rmax - rmin) / (2**n - 1), q in [0, 2**n-1]."""
+    n, (axis, _) = _check_bits(n_bits), _check_axis_signed(axis)
+    scale, zp, _, _ = _uniform_params(*_check_range(range_min, range_max, axis), n)
+    return AffineGrid(_scalar_or_array(scale, axis is not None), _scalar_or_array(zp, axis is not None),
+                      0, 2 ** n - 1, axis)
+
+
+def _affine_params(grid: AffineGrid, x):
+    if not isinstance(grid, AffineGrid):
+        raise TypeError(f"expected an AffineGrid, got {type(grid).__name__}")
+    return per_channel_view(grid.scale, x, grid.axis), per_channel_view(grid.zero_point, x, grid.axis)
+
+
+def quantize(x, grid: AffineGrid):
+    """Integers ``clip(round(x / scale) + zero_point, qmin, qmax)`` in x's float dtype (float32 for
+    half inputs, so every integer up to 2**16 is exact)."""
+    xp, x, _ = _prepare(x)
+    scale, zp = _affine_params(grid, x)
+    return xp.clip(xp.round(x / scale) + zp, grid.qmin, grid.qmax)
+
+
+def dequantize(q, grid: AffineGrid):
+    """Real values ``(q - zero_point) * scale``."""
+    _, q, out = _prepare(q)
+    scale, zp = _affine_params(grid, q)
+    return _cast((q - zp) * scale, out)
+
+
+def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
+    """``dequantize(quantize(x))`` in x's dtype; idempotent, since k*scale/scale rounds back to k.
+    A LutGrid is handed to :func:`lut_fake_quantize`."""
+    if isinstance(grid, LutGrid):
+        return lut_fake_quantize(x, grid)
+    _, x, out = _prepare(x)
+    return _cast(dequantize(quantize(x, grid), grid), out)
+
+
+def grid_values(grid: AffineGrid, dtype=np.float64) -> np.ndarray:
+    """All representable values, ascending: shape (levels,), or (C, levels) per-channel.
+
+    With ``dtype=np.float32`` they are bitwise equal to what float32 fake-quantization produces.
+    """
+    q = np.arange(grid.qmin, grid.qmax + 1, dtype=dtype)
+    scale, zp = (np.asarray(_to_numpy(v), dtype=dtype) for v in (grid.scale, grid.zero_point))
+    shape = () if grid.axis is None else (-1, 1)
+    return (q - zp.reshape(shape)) * scale.reshape(shape)
+
+
+def grid_range(grid: AffineGrid) -> Tuple[Any, Any]:
+    """(smallest, largest) representable value: floats, or 1-D arrays per-channel."""
+    scale, zp = (np.asarray(_to_numpy(v), dtype=np.float64) for v in (grid.scale, grid.zero_point))
+    lo, hi = (grid.qmin - zp) * scale, (grid.qmax - zp) * scale
+    return _scalar_or_array(lo, grid.axis is not None), _scalar_or_array(hi, grid.axis is not None)
+
+
+# ----------------------------------------------------------------------------- lookup-table grids
+@dataclass(frozen=True, eq=False)
+class LutGrid(_ArrayFields):
+    """Non-uniform grid: x is scaled to the ``lut_values_bitwidth``-bit integer range by
+    ``threshold`` and snapped to the nearest table entry; the integer is the table index."""
+    lut_values: np.ndarray
+    threshold: Any
+    lut_values_bitwidth: int = LUT_VALUES_BITWIDTH
+    signed: bool = True
+    axis: Optional[int] = None
+
+    @property
+    def multiplier(self) -> float:
+        """2**(b-1) (signed) or 2**b (unsigned): integers per threshold."""
+        return 2.0 ** (self.lut_values_bitwidth - 1 if self.signed else self.lut_values_bitwidth)
+
+    @property
+    def int_range(self) -> Tuple[int, int]:
+        return _int_range(self.lut_values_bitwidth, self.signed)
+
+
+def lut_grid(lut_values, threshold, lut_values_bitwidth: int = LUT_VALUES_BITWIDTH, signed: bool = True,
+             axis: Optional[int] = None, power_of_two: bool = False) -> LutGrid:
+    """Validate a lookup table (integers inside the b-bit range, signed or unsigned as the grid)
+    and its threshold; ``power_of_two`` rounds the threshold up to a power of two (LUT_POT)."""
+    b, (axis, signed) = _check_bits(lut_values_bitwidth, "lut_values_bitwidth"), _check_axis_signed(axis, signed)
+    t = _check_param(threshold, "threshold", axis, positive=True)
+    t = power_of_two_threshold(t) if power_of_two else t
+    lut = np.asarray(_to_numpy(lut_values), dtype=np.float64).ravel()
+    lo, hi = _int_range(b, signed)
+    if lut.size == 0 or not np.all(np.isfinite(lut)) or np.any(lut != np.round(lut)) \
+            or lut.min() < lo or lut.max() > hi:
+        raise ValueError(f"lut_values must be a non-empty set of integers in [{lo}, {hi}] "
+                         f"({'signed' if signed else 'unsigned'} {b} bits), got {lut[:16].tolist()}")
+    return LutGrid(lut.astype(np.int64), t, b, signed, axis)
+
+
+def lut_quantize(x, grid: LutGrid):
+    """Index (int64) of the table entry nearest to ``clip(x / t * multiplier)``; on a tie the smaller
+    index wins, exactly as ``argmin |xs - lut|``. Uses a sorted search, not a (N, K) distance table."""
+    xp, x, _ = _prepare(x)
+    lo, hi = grid.int_range
+    xs = xp.clip(x / per_channel_view(grid.threshold, x, grid.axis) * grid.multiplier, lo, hi)
+    values, first = np.unique(grid.lut_values, return_index=True)  # sorted distinct values, first index
+    if values.size == 1:
+        return np.zeros(xs.shape, np.int64) if xp is np else xp.zeros(xs.shape, dtype=xp.int64, device=x.device)
+    first = first if xp is np else xp.as_tensor(first, device=x.device)
+    sv = per_channel_view(values, x)
+    pos = xp.clip(xp.searchsorted(sv, xs if xp is np else xs.contiguous()), 1, values.size - 1)
+    d_left, d_right = xp.abs(xs - sv[pos - 1]), xp.abs(sv[pos] - xs)
+    i_left, i_right = first[pos - 1], first[pos]
+    take_right = (d_right < d_left) | ((d_right == d_left) & (i_right < i_left))
+    return xp.where(take_right, i_right, i_left)
+
+
+def lut_dequantize(idx, grid: LutGrid, dtype=None):
+    """``lut_values[idx] * t / multiplier``; float64 (numpy) or torch's default dtype unless given."""
+    torch = _torch_for(idx)
+    if torch is not None:
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        chosen = torch.as_tensor(grid.lut_values, device=idx.device)[idx].to(dtype)
+    else:
+        chosen = grid.lut_values[np.asarray(idx)].astype(np.float64 if dtype is None else dtype)
+    return chosen * per_channel_view(grid.threshold, chosen, grid.axis) / grid.multiplier
+
+
+def lut_fake_quantize(x, grid: LutGrid):
+    """``lut_dequantize(lut_quantize(x))`` in x's dtype; idempotent (entries are distinct integers)."""
+    _, xc, out = _prepare(x)
+    return _cast(lut_dequantize(lut_quantize(xc, grid), grid, dtype=xc.dtype), out)
+
+
+# ----------------------------------------------------------------------------- dispatch
+def make_grid(method, n_bits: int, params: dict, axis: Optional[int] = None) -> Union[AffineGrid, LutGrid]:
+    """The grid of ``method`` from a quantization-params dict (keys from ``hwquant.constants``).
+
+    ``is_signed`` defaults to True when missing or None; LUT grids read the table bit width from
+    ``params['lut_values_bitwidth']`` (default 8) and allow at most 2**n_bits table entries.
+    """
+    from hwquant.tpc.enums import QuantizationMethod  # lazy: core must not pull in the TPC package on import
+    try:
+        method = QuantizationMethod(method)
+    except ValueError:
+        names = [m.name for m in QuantizationMethod]
+        raise ValueError(f"method must be one of {names}, got {method!r}") from None
+    n = _check_bits(n_bits)
+
+    def get(key):
+        if key not in params:
+            raise ValueError(f"params for {method.name} need key {key!r}, got keys {sorted(params)}")
+        return params[key]
+
+    signed = True if params.get(SIGNED) is None else params[SIGNED]
+    if method == QuantizationMethod.POWER_OF_TWO:
+        return power_of_two_grid(get(THRESHOLD), n, signed, axis)
+    if method == QuantizationMethod.SYMMETRIC:
+        return symmetric_grid(get(THRESHOLD), n, signed, axis)
+    if method == QuantizationMethod.UNIFORM:
+        return uniform_grid(get(RANGE_MIN), get(RANGE_MAX), n, axis)
+    lut = get(LUT_VALUES)
+    if np.size(_to_numpy(lut)) > 2 ** n:
+        raise ValueError(f"lut_values may hold at most 2**n_bits = {2 ** n} entries, got {np.size(_to_numpy(lut))}")
+    return lut_grid(lut, get(THRESHOLD), params.get(LUT_VALUES_BITWIDTH_KEY, LUT_VALUES_BITWIDTH), signed, axis,
+                    power_of_two=method.is_power_of_two)
+
+
+def fake_quantize_with(method, n_bits: int, params: dict, x, axis: Optional[int] = None):
+    """Convenience: ``make_grid`` then the matching fake-quantizer."""
+    return fake_quantize(x, make_grid(method, n_bits, params, axis))

@@ -1,0 +1,38 @@
+"""The toolkit's logger ("hwquant"), and `set_log_folder` to also write it to a file."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+LOGGER_NAME = "hwquant"
+logger = logging.getLogger(LOGGER_NAME)
+
+_file_handler: Optional[logging.Handler] = None
+
+
+def set_log_folder(folder: Union[str, os.PathLike], level: int = logging.INFO) -> Path:
+    """Write the toolkit's log (at `level` and above) to a new timestamped file in `folder`.
+
+    The folder is created if needed; a later call moves logging to the new folder.
+    Returns the log file's path.
+    """
+    global _file_handler
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"set_log_folder: cannot create log folder '{folder}': {e}") from e
+    path = folder / f"hwquant_{time.strftime('%Y%m%d_%H%M%S')}_{os.getpid()}.log"
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(level)
+    if _file_handler is not None:
+        logger.removeHandler(_file_handler)
+        _file_handler.close()
+    logger.addHandler(handler)
+    logger.setLevel(min(level, logger.level or logging.WARNING))
+    _file_handler = handler
+    return path

@@ -1,0 +1,10 @@
+"""Public namespace `mct.target_platform_capabilities` (mirrors the documented API)."""
+from hwquant.tpc import *  # noqa: F401,F403
+from hwquant.tpc import (AttributeFilter, AttributeQuantizationConfig, Contains, Eq, FrameworkQuantizationCapabilities,
+                         Fusing, Greater, GreaterEq, LayerFilterParams, NotEq, OperationsSetToLayers,
+                         OperationsToLayers, OperatorSetConcat, OperatorSetGroup, OperatorSetNames, OperatorsSet,
+                         OpQuantizationConfig, QuantizationConfigOptions, QuantizationMethod, SCHEMA_VERSION,
+                         Signedness, Smaller, SmallerEq, TargetPlatformCapabilities, TargetPlatformModel,
+                         export_target_platform_capabilities, get_target_platform_capabilities,
+                         load_target_platform_capabilities)
+from hwquant.target_platform_capabilities import schema, target_platform  # noqa: E402

@@ -1,0 +1,179 @@
+"""Attaching a framework's layers to a TPC's operator sets.
+
+The TPC speaks of operator sets ("Conv", "ReLU"); a framework adapter says which of its layers,
+functions and tensor methods belong to each set (`OperationsSetToLayers`) and how the TPC's
+neutral weight-attribute names map onto the layer's own (KERNEL_ATTR -> "weight").
+`FrameworkQuantizationCapabilities` (the older API calls it `TargetPlatformCapabilities`) joins a
+TPC with that attachment and answers the pipeline's one question: what options does this layer get?
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from hwquant.errors import InvalidTPCError
+from hwquant.tpc.enums import OperatorSetNames
+from hwquant.tpc.layer_filters import LayerFilterParams
+from hwquant.tpc.schema import QuantizationConfigOptions, TargetPlatformCapabilities
+
+# The attachment being filled inside `with fqc:` blocks (the older API registers implicitly).
+_ATTACH_STACK: List["FrameworkQuantizationCapabilities"] = []
+
+
+def _layer_name(layer: Any) -> str:
+    if isinstance(layer, LayerFilterParams):
+        return repr(layer)
+    return getattr(layer, "__qualname__", None) or getattr(layer, "__name__", None) or repr(layer)
+
+
+class OperationsSetToLayers:
+    """The layers (types, functions, LayerFilterParams) of one operator set, and the mapping from
+    the TPC's attribute names to the layers' attribute names."""
+
+    def __init__(self, op_set_name: Any, layers: Sequence[Any], attr_mapping: Optional[Dict[str, Any]] = None):
+        name = op_set_name.value if isinstance(op_set_name, OperatorSetNames) else op_set_name
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"OperationsSetToLayers: op_set_name must be an operator-set name, got {op_set_name!r}")
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+            raise TypeError(f"OperationsSetToLayers('{name}'): layers must be a list of layer types, functions "
+                            f"or LayerFilterParams, got {type(layers).__name__}")
+        if attr_mapping is not None and not isinstance(attr_mapping, dict):
+            raise TypeError(f"OperationsSetToLayers('{name}'): attr_mapping must be a dict, got {type(attr_mapping).__name__}")
+        self.name = name
+        self.layers = list(layers)
+        self.attr_mapping = dict(attr_mapping or {})
+        if _ATTACH_STACK:
+            _ATTACH_STACK[-1].attach(self)
+
+    def layer_attr_name(self, tpc_attr: str, layer: Any = None) -> str:
+        """The layer's own name for a TPC attribute (values may be per-layer dicts, as in
+        MCT's DefaultDict-valued mappings)."""
+        mapped = self.attr_mapping.get(tpc_attr, tpc_attr)
+        if isinstance(mapped, str):
+            return mapped
+        found = mapped.get(layer)  # a dict or DefaultDict keyed by layer
+        return tpc_attr if found is None else found
+
+    def __repr__(self) -> str:
+        return f"OperationsSetToLayers({self.name!r}, [{', '.join(_layer_name(x) for x in self.layers)}])"
+
+
+class OperationsToLayers:
+    """All attachments of one framework; one layer (without filter) may belong to one set only."""
+
+    def __init__(self, op_sets_to_layers: Optional[Sequence[OperationsSetToLayers]] = None):
+        self.op_sets_to_layers: List[OperationsSetToLayers] = []
+        for entry in op_sets_to_layers or ():
+            self.add(entry)
+
+    def add(self, entry: OperationsSetToLayers) -> None:
+        if not isinstance(entry, OperationsSetToLayers):
+            raise TypeError(f"expected OperationsSetToLayers, got {type(entry).__name__}")
+        if any(e.name == entry.name for e in self.op_sets_to_layers):
+            raise ValueError(f"operator set '{entry.name}' is attached twice; list all its layers in one "
+                             "OperationsSetToLayers")
+        plain = {layer for e in self.op_sets_to_layers for layer in e.layers if not isinstance(layer, LayerFilterParams)}
+        clash = [l for l in entry.layers if not isinstance(l, LayerFilterParams) and l in plain]
+        if clash:
+            raise ValueError(f"layer(s) {[_layer_name(l) for l in clash]} attached to '{entry.name}' already belong to "
+                             "another operator set; use LayerFilterParams to split a layer type by its attributes")
+        self.op_sets_to_layers.append(entry)
+
+    def get_layers_by_op(self, op_set_name: Any) -> List[Any]:
+        entry = self.get_entry(op_set_name)
+        return list(entry.layers) if entry else []
+
+    def get_entry(self, op_set_name: Any) -> Optional[OperationsSetToLayers]:
+        name = op_set_name.value if isinstance(op_set_name, OperatorSetNames) else op_set_name
+        return next((e for e in self.op_sets_to_layers if e.name == name), None)
+
+    def find(self, layer_type: Any, attrs: Optional[Dict[str, Any]] = None) -> Optional[OperationsSetToLayers]:
+        """The set a layer belongs to: a matching LayerFilterParams wins over a plain type entry."""
+        attrs = attrs or {}
+        plain_match = None
+        for entry in self.op_sets_to_layers:
+            for layer in entry.layers:
+                if isinstance(layer, LayerFilterParams):
+                    if layer.match(layer_type, attrs):
+                        return entry
+                elif plain_match is None and layer == layer_type:
+                    plain_match = entry
+        return plain_match
+
+    def __iter__(self):
+        return iter(self.op_sets_to_layers)
+
+
+class FrameworkQuantizationCapabilities:
+    """A TPC attached to one framework's layers.
+
+    Used as a context manager by the older API: `OperationsSetToLayers(...)` created inside
+    `with fqc:` are attached to it; leaving the block checks that every attached set exists in the TPC.
+    """
+
+    def __init__(self, tpc: TargetPlatformCapabilities, name: str = "base", version: Optional[str] = None,
+                 op_sets_to_layers: Optional[Sequence[OperationsSetToLayers]] = None):
+        if not isinstance(tpc, TargetPlatformCapabilities):
+            raise TypeError(f"expected a TargetPlatformCapabilities (TPC schema object), got {type(tpc).__name__}")
+        self.tpc = tpc
+        self.name = name
+        self.version = version
+        self.op_sets_to_layers = OperationsToLayers()
+        for entry in op_sets_to_layers or ():
+            self.attach(entry)
+
+    # ---- building --------------------------------------------------------------------------
+    def attach(self, entry: OperationsSetToLayers) -> None:
+        self.op_sets_to_layers.add(entry)
+
+    def __enter__(self) -> "FrameworkQuantizationCapabilities":
+        _ATTACH_STACK.append(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        _ATTACH_STACK.remove(self)
+        if exc_type is None:
+            self.validate()
+
+    def validate(self) -> None:
+        """Every attached operator set must exist in the TPC (a typo would silently fall back to defaults)."""
+        known = {s.name for s in self.tpc.operator_set or ()}
+        unknown = [e.name for e in self.op_sets_to_layers if e.name not in known]
+        if unknown:
+            raise InvalidTPCError(f"layers are attached to operator set(s) {unknown} that TPC '{self.tpc.name}' does not "
+                                  f"define; its operator sets are {sorted(known)}")
+
+    # ---- queries ---------------------------------------------------------------------------
+    def get_layers_by_opset_name(self, name: Any) -> List[Any]:
+        return self.op_sets_to_layers.get_layers_by_op(name)
+
+    def opset_of(self, layer_type: Any, attrs: Optional[Dict[str, Any]] = None) -> Optional[str]:
+        """Name of the operator set a layer belongs to (None: not attached, TPC defaults apply)."""
+        entry = self.op_sets_to_layers.find(layer_type, attrs)
+        return entry.name if entry and self.tpc.is_opset_in_model(entry.name) else None
+
+    def get_qco(self, layer_type: Any, attrs: Optional[Dict[str, Any]] = None) -> QuantizationConfigOptions:
+        """The options of a layer, with weight attributes renamed to the layer's own names."""
+        entry = self.op_sets_to_layers.find(layer_type, attrs)
+        if entry is None or not self.tpc.is_opset_in_model(entry.name):
+            return self.tpc.default_qco
+        qco = self.tpc.get_config_options_by_operators_set(entry.name)
+        names = {a for c in qco.quantization_configurations for a in c.attr_weights_configs_mapping}
+        return qco.clone_and_map_weights_attr_keys({a: entry.layer_attr_name(a, layer_type) for a in names})
+
+    def fusing_patterns_as_layers(self) -> List[List[List[Any]]]:
+        """Each fusing pattern as, per position, the list of layers that may stand there."""
+        return [[[l for n in names for l in self.get_layers_by_opset_name(n)] for names in f.member_names()]
+                for f in self.tpc.fusing_patterns or ()]
+
+    @property
+    def default_qco(self) -> QuantizationConfigOptions:
+        return self.tpc.default_qco
+
+    def show(self) -> None:
+        self.tpc.show()
+        print("  attached layers:")
+        for e in self.op_sets_to_layers:
+            print(f"    {e.name}: {', '.join(_layer_name(l) for l in e.layers)}")
+
+    def __repr__(self) -> str:
+        return f"FrameworkQuantizationCapabilities(tpc={self.tpc.name!r}, name={self.name!r}, sets={len(self.op_sets_to_layers.op_sets_to_layers)})"
