@@ -1,2 +1,15 @@
-"""hwquant: hardware-aware model compression."""
+"""hwquant: hardware-aware model compression.
+
+    import hwquant as mct
+    tpc = mct.get_target_platform_capabilities("4.0", "imx500")
+    core_config = mct.core.CoreConfig(mct.core.QuantizationConfig(z_threshold=16))
+
+The public namespaces mirror the documented Model Compression Toolkit API.
+"""
 __version__ = "0.1.0"
+
+from hwquant import constants, core, target_platform, target_platform_capabilities, trainable_infrastructure  # noqa: F401,E402
+from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
+                          QuantizationErrorMethod, ThresholdSelectionMethod)
+from hwquant.logger import set_log_folder  # noqa: F401,E402
+from hwquant.tpc import QuantizationMethod, get_target_platform_capabilities  # noqa: F401,E402

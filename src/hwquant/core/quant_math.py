@@ -1,13 +1,13 @@
 """The single home of quantization arithmetic: every quantizer, threshold search and exporter
 rounds and clips through this module, so that simulation and the exported integer grid agree.
 
-Every quantizer is described by a grid: an :class:`AffineGrid` (power-of-two, symmetric and
-uniform quantizers all reduce to ``q = clip(round(x / scale) + zero_point, qmin, qmax)``) or a
+A quantizer is described by a grid: an :class:`AffineGrid` (power-of-two, symmetric and uniform
+quantizers all reduce to ``q = clip(round(x / scale) + zero_point, qmin, qmax)``) or a
 :class:`LutGrid` (non-uniform lookup table). Grids keep their parameters as python floats or numpy
-arrays; the functions that apply them work on numpy arrays and torch tensors alike and return the
-input's type, device and dtype. Rounding is round-half-to-even (``np.round`` / ``torch.round``),
-as in ONNX QuantizeLinear. torch is never imported here: it is used only if the caller already
-imported it and passed a tensor, so ``hwquant.core`` stays importable without torch.
+arrays; the functions applying them take numpy arrays or torch tensors and return the input's
+type, device and dtype. Rounding is half-to-even (``np.round`` / ``torch.round``) as in ONNX
+QuantizeLinear. torch is never imported here (it is used only when the caller passes a tensor),
+so ``hwquant.core`` stays importable without it.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS,
                                MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD)
 
-# Key of a params dict holding the LUT values bit width (constants.LUT_VALUES_BITWIDTH is its default).
+# Params-dict key of the LUT values bit width (constants.LUT_VALUES_BITWIDTH is its default).
 LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"
 
 
@@ -37,15 +37,12 @@ def _to_numpy(v) -> np.ndarray:
 
 
 def _prepare(x):
-    """(xp, x_compute, out_dtype): the array namespace and ``x`` as a float of >= 32 bits.
-
-    Half types are computed in float32 so integers up to 2**16 stay exact; the caller casts back.
-    """
+    """(xp, x as a float of >= 32 bits, dtype to return): half types are computed in float32 so
+    that every integer up to 2**16 stays exact; non-float inputs become the default float."""
     torch = _torch_for(x)
     if torch is not None:
         x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
-        out = x.dtype
-        return torch, (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x), out
+        return torch, (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x), x.dtype
     x = np.asarray(x)
     x = x if x.dtype.kind == "f" else x.astype(np.float64)
     return np, (x.astype(np.float32) if x.dtype.itemsize < 4 else x), x.dtype
@@ -56,11 +53,9 @@ def _cast(y, dtype):
 
 
 def per_channel_view(param, x, axis: Optional[int] = None):
-    """``param`` in ``x``'s backend/device/dtype, shaped to broadcast against ``x`` along ``axis``.
-
-    A scalar (or axis=None) is returned as a 0-d value; a 1-D array of length C (or 1) becomes
-    shape ``[1, .., C, .., 1]``. Torch parameters are moved with ``.to`` so gradients flow.
-    """
+    """``param`` in ``x``'s backend/device/dtype, shaped to broadcast against ``x`` along ``axis``:
+    a scalar stays 0-d, a 1-D array of length C (or 1) becomes shape ``[1, .., C, .., 1]``.
+    Torch parameters are moved with ``.to`` so gradients reach them."""
     torch = _torch_for(x)
     if torch is not None:
         p = (param.to(device=x.device, dtype=x.dtype) if isinstance(param, torch.Tensor)
@@ -75,9 +70,7 @@ def per_channel_view(param, x, axis: Optional[int] = None):
     if p.ndim != 1 or p.shape[0] not in (1, x.shape[axis]):
         raise ValueError(f"per-channel parameter of shape {tuple(p.shape)} does not match the "
                          f"{x.shape[axis]} channels of x along axis {axis}")
-    shape = [1] * nd
-    shape[axis] = -1
-    return p.reshape(shape)
+    return p.reshape([-1 if d == axis % nd else 1 for d in range(nd)])
 
 
 # ----------------------------------------------------------------------------- validation
@@ -92,7 +85,6 @@ def _check_bits(n_bits, name: str = "n_bits") -> int:
 
 
 def _check_axis_signed(axis, signed=True):
-    """(axis, signed) validated: axis None (per-tensor) or an int; signed a bool."""
     if not (axis is None or _is_int(axis)):
         raise ValueError(f"axis must be None (per-tensor) or an int, got {axis!r}")
     if not (isinstance(signed, (bool, np.bool_)) or signed in (0, 1)):
@@ -116,7 +108,7 @@ def _check_param(value, name: str, axis, positive: bool = False):
         raise ValueError(f"{name} must be a scalar or a non-empty 1-D per-channel array, got shape {a.shape}")
     bad = ~np.isfinite(a) | (a <= 0 if positive else False)
     if bad.any():
-        where = "" if a.ndim == 0 else f" at channels {np.flatnonzero(bad)[:8].tolist()}"
+        where = f" at channels {np.flatnonzero(bad)[:8].tolist()}" if a.ndim else ""
         raise ValueError(f"{name} must be finite{' and > 0' if positive else ''}, "
                          f"got {a[bad][:8].tolist() if a.ndim else a.item()!r}{where}")
     return float(a.reshape(())) if axis is None else np.atleast_1d(a)
@@ -133,7 +125,7 @@ def _check_range(range_min, range_max, axis):
     return lo, hi
 
 
-def _scalar_or_array(v, per_channel: bool):
+def _float_or_array(v, per_channel: bool):
     return np.asarray(v, dtype=np.float64) if per_channel else float(v)
 
 
@@ -141,9 +133,9 @@ class _ArrayFields:
     """Value equality and hashing for frozen dataclasses whose fields may hold arrays."""
 
     def _key(self):
-        freeze = lambda a: (a.shape, tuple(a.ravel().tolist()))  # noqa: E731
-        return tuple(v if v is None or isinstance(v, (int, float, str)) else freeze(np.asarray(_to_numpy(v)))
-                     for v in (getattr(self, f.name) for f in fields(self)))
+        values = (getattr(self, f.name) for f in fields(self))
+        return tuple(v if v is None or isinstance(v, (int, float, str)) else
+                     (np.shape(a := _to_numpy(v)), tuple(np.ravel(a).tolist())) for v in values)
 
     def __eq__(self, other):
         return type(self) is type(other) and self._key() == other._key()
@@ -157,9 +149,9 @@ class _ArrayFields:
 class AffineGrid(_ArrayFields):
     """The integer grid of every uniform quantizer: real = (q - zero_point) * scale, q in [qmin, qmax].
 
-    ``scale`` / ``zero_point`` are python floats (per-tensor) or 1-D arrays running along ``axis``
-    of the input (per-channel). Builders produce numpy; a trainable quantizer may put torch tensors
-    here directly and gradients then flow to them.
+    ``scale`` / ``zero_point`` are python floats (per-tensor) or 1-D arrays along ``axis`` of the
+    input (per-channel). The builders give numpy; a trainable quantizer may put torch tensors here
+    directly, and gradients then flow to them.
     """
     scale: Any
     zero_point: Any
@@ -170,8 +162,7 @@ class AffineGrid(_ArrayFields):
     def __post_init__(self):
         if not (_is_int(self.qmin) and _is_int(self.qmax) and self.qmin < self.qmax):
             raise ValueError(f"qmin < qmax must be ints, got qmin={self.qmin!r}, qmax={self.qmax!r}")
-        if self.axis is None and any(int(np.prod(getattr(v, "shape", ()))) != 1
-                                     for v in (self.scale, self.zero_point)):
+        if self.axis is None and any(np.prod(np.shape(v)) != 1 for v in (self.scale, self.zero_point)):
             raise ValueError("a per-tensor grid (axis=None) needs a scalar scale and zero_point")
 
     @property
@@ -180,11 +171,8 @@ class AffineGrid(_ArrayFields):
 
 
 def power_of_two_threshold(threshold, min_threshold: float = MIN_THRESHOLD):
-    """The threshold rounded UP to a power of two: ``2**ceil(log2(max(t, min_threshold)))``.
-
-    Computed exactly from the binary exponent (frexp) rather than a floating log2, which can miss
-    values a hair above a power of two.
-    """
+    """The threshold rounded UP to a power of two, ``2**ceil(log2(max(t, min_threshold)))``, taken
+    exactly from the binary exponent (frexp): a float log2 misses values a hair above 2**k."""
     if not (np.isfinite(min_threshold) and min_threshold > 0):
         raise ValueError(f"min_threshold must be finite and > 0, got {min_threshold!r}")
     torch = _torch_for(threshold)
@@ -201,19 +189,16 @@ def power_of_two_threshold(threshold, min_threshold: float = MIN_THRESHOLD):
 
 
 def symmetric_grid(threshold, n_bits: int, signed: bool = True, axis: Optional[int] = None) -> AffineGrid:
-    """Symmetric grid: scale = t / 2**(n-1) (signed) or t / 2**n (unsigned), zero point 0.
-
-    The representable maximum is ``t - scale``; the grid is [-2**(n-1), 2**(n-1)-1] or [0, 2**n-1].
-    """
+    """Symmetric grid: scale = t / 2**(n-1) (signed) or t / 2**n (unsigned), zero point 0; the
+    integers are [-2**(n-1), 2**(n-1)-1] or [0, 2**n-1], so the largest value is ``t - scale``."""
     n, (axis, signed) = _check_bits(n_bits), _check_axis_signed(axis, signed)
-    t = _check_param(threshold, "threshold", axis, positive=True)
-    scale = t / 2.0 ** (n - 1 if signed else n)
-    return AffineGrid(scale, np.zeros_like(scale) if axis is not None else 0.0, *_int_range(n, signed), axis)
+    scale = _check_param(threshold, "threshold", axis, positive=True) / 2.0 ** (n - 1 if signed else n)
+    return AffineGrid(scale, 0.0 if axis is None else np.zeros_like(scale), *_int_range(n, signed), axis)
 
 
 def power_of_two_grid(threshold, n_bits: int, signed: bool = True, axis: Optional[int] = None,
                       min_threshold: float = MIN_THRESHOLD) -> AffineGrid:
-    """Symmetric grid on the threshold rounded up to a power of two (a bit shift in hardware)."""
+    """Symmetric grid on the threshold rounded up to a power of two (scaling is a bit shift)."""
     t = _check_param(threshold, "threshold", _check_axis_signed(axis)[0], positive=True)
     return symmetric_grid(power_of_two_threshold(t, min_threshold), n_bits, signed, axis)
 
@@ -222,34 +207,31 @@ def _uniform_params(lo, hi, n: int):
     """(scale, zero_point, range_min', range_max') of the zero-including, zero-on-grid range."""
     levels = 2 ** n - 1
     lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
-    # A range narrower than MIN_THRESHOLD (e.g. [0, 0]) is widened to it so the scale never underflows.
-    narrow = (hi - lo) < MIN_THRESHOLD
+    narrow = (hi - lo) < MIN_THRESHOLD  # e.g. [0, 0]: widened to MIN_THRESHOLD, so the scale never underflows
     scale = np.maximum(hi - lo, MIN_THRESHOLD) / levels
     zp = np.clip(np.round(-lo / scale), 0, levels) + 0.0  # "+ 0.0" turns -0.0 into 0.0
     nudge = ((lo < 0) & (hi > 0)) | narrow
     new_lo = np.where(nudge, -zp * scale, lo) + 0.0
-    new_hi = np.where(nudge, new_lo + scale * levels, hi)
-    return scale, zp, new_lo, new_hi
+    return scale, zp, new_lo, np.where(nudge, new_lo + scale * levels, hi)
 
 
 def fix_range_to_include_zero(range_min, range_max, n_bits: int) -> Tuple[Any, Any]:
     """Make [range_min, range_max] contain zero and, if it straddles zero, shift it (keeping its
-    width) so that zero falls exactly on a grid point: zero must be exact for padding and ReLU.
+    width) so that zero is exactly a grid point: zero must be exact for padding and ReLU.
     A range narrower than MIN_THRESHOLD is widened to MIN_THRESHOLD (zero stays on the grid).
-    """
+    Scalars give floats, arrays give float64 arrays."""
     n = _check_bits(n_bits)
     per_channel = np.ndim(_to_numpy(range_min)) > 0 or np.ndim(_to_numpy(range_max)) > 0
-    lo, hi = _check_range(range_min, range_max, 0 if per_channel else None)
-    _, _, lo, hi = _uniform_params(lo, hi, n)
-    return _scalar_or_array(lo, per_channel), _scalar_or_array(hi, per_channel)
+    _, _, lo, hi = _uniform_params(*_check_range(range_min, range_max, 0 if per_channel else None), n)
+    return _float_or_array(lo, per_channel), _float_or_array(hi, per_channel)
 
 
 def uniform_grid(range_min, range_max, n_bits: int, axis: Optional[int] = None) -> AffineGrid:
-    """Affine grid over the zero-fixed range: scale = (rmax - rmin) / (2**n - 1), q in [0, 2**n-1]."""
+    """Affine grid over the fixed range: scale = (rmax - rmin) / (2**n - 1), integers [0, 2**n-1]."""
     n, (axis, _) = _check_bits(n_bits), _check_axis_signed(axis)
     scale, zp, _, _ = _uniform_params(*_check_range(range_min, range_max, axis), n)
-    return AffineGrid(_scalar_or_array(scale, axis is not None), _scalar_or_array(zp, axis is not None),
-                      0, 2 ** n - 1, axis)
+    pc = axis is not None
+    return AffineGrid(_float_or_array(scale, pc), _float_or_array(zp, pc), 0, 2 ** n - 1, axis)
 
 
 def _affine_params(grid: AffineGrid, x):
@@ -274,8 +256,8 @@ def dequantize(q, grid: AffineGrid):
 
 
 def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
-    """``dequantize(quantize(x))`` in x's dtype; idempotent, since k*scale/scale rounds back to k.
-    A LutGrid is handed to :func:`lut_fake_quantize`."""
+    """``dequantize(quantize(x))`` in x's dtype. Idempotent: fl(k * scale) / scale rounds back to k
+    for every |k| <= 2**16. A LutGrid is handed to :func:`lut_fake_quantize`."""
     if isinstance(grid, LutGrid):
         return lut_fake_quantize(x, grid)
     _, x, out = _prepare(x)
@@ -283,10 +265,8 @@ def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
 
 
 def grid_values(grid: AffineGrid, dtype=np.float64) -> np.ndarray:
-    """All representable values, ascending: shape (levels,), or (C, levels) per-channel.
-
-    With ``dtype=np.float32`` they are bitwise equal to what float32 fake-quantization produces.
-    """
+    """All representable values, ascending: shape (levels,), or (C, levels) per-channel. With
+    ``dtype=np.float32`` they are bitwise what float32 fake-quantization produces."""
     q = np.arange(grid.qmin, grid.qmax + 1, dtype=dtype)
     scale, zp = (np.asarray(_to_numpy(v), dtype=dtype) for v in (grid.scale, grid.zero_point))
     shape = () if grid.axis is None else (-1, 1)
@@ -296,15 +276,15 @@ def grid_values(grid: AffineGrid, dtype=np.float64) -> np.ndarray:
 def grid_range(grid: AffineGrid) -> Tuple[Any, Any]:
     """(smallest, largest) representable value: floats, or 1-D arrays per-channel."""
     scale, zp = (np.asarray(_to_numpy(v), dtype=np.float64) for v in (grid.scale, grid.zero_point))
-    lo, hi = (grid.qmin - zp) * scale, (grid.qmax - zp) * scale
-    return _scalar_or_array(lo, grid.axis is not None), _scalar_or_array(hi, grid.axis is not None)
+    pc = grid.axis is not None
+    return _float_or_array((grid.qmin - zp) * scale, pc), _float_or_array((grid.qmax - zp) * scale, pc)
 
 
 # ----------------------------------------------------------------------------- lookup-table grids
 @dataclass(frozen=True, eq=False)
 class LutGrid(_ArrayFields):
-    """Non-uniform grid: x is scaled to the ``lut_values_bitwidth``-bit integer range by
-    ``threshold`` and snapped to the nearest table entry; the integer is the table index."""
+    """Non-uniform grid: x is scaled by ``threshold`` to the ``lut_values_bitwidth``-bit integer
+    range and snapped to the nearest table entry; its "integer" is the index into the table."""
     lut_values: np.ndarray
     threshold: Any
     lut_values_bitwidth: int = LUT_VALUES_BITWIDTH
@@ -313,7 +293,7 @@ class LutGrid(_ArrayFields):
 
     @property
     def multiplier(self) -> float:
-        """2**(b-1) (signed) or 2**b (unsigned): integers per threshold."""
+        """2**(b-1) (signed) or 2**b (unsigned): table integers per threshold."""
         return 2.0 ** (self.lut_values_bitwidth - 1 if self.signed else self.lut_values_bitwidth)
 
     @property
@@ -323,40 +303,37 @@ class LutGrid(_ArrayFields):
 
 def lut_grid(lut_values, threshold, lut_values_bitwidth: int = LUT_VALUES_BITWIDTH, signed: bool = True,
              axis: Optional[int] = None, power_of_two: bool = False) -> LutGrid:
-    """Validate a lookup table (integers inside the b-bit range, signed or unsigned as the grid)
-    and its threshold; ``power_of_two`` rounds the threshold up to a power of two (LUT_POT)."""
-    b, (axis, signed) = _check_bits(lut_values_bitwidth, "lut_values_bitwidth"), _check_axis_signed(axis, signed)
+    """Validate a table (integers inside the b-bit range, signed or unsigned like the grid) and its
+    threshold; ``power_of_two`` rounds the threshold up to a power of two (LUT_POT_QUANTIZER)."""
+    b = _check_bits(lut_values_bitwidth, "lut_values_bitwidth")
+    axis, signed = _check_axis_signed(axis, signed)
     t = _check_param(threshold, "threshold", axis, positive=True)
-    t = power_of_two_threshold(t) if power_of_two else t
-    lut = np.asarray(_to_numpy(lut_values), dtype=np.float64).ravel()
-    lo, hi = _int_range(b, signed)
-    if lut.size == 0 or not np.all(np.isfinite(lut)) or np.any(lut != np.round(lut)) \
+    lut, (lo, hi) = np.asarray(_to_numpy(lut_values), dtype=np.float64).ravel(), _int_range(b, signed)
+    if lut.size == 0 or not np.isfinite(lut).all() or (lut != np.round(lut)).any() \
             or lut.min() < lo or lut.max() > hi:
         raise ValueError(f"lut_values must be a non-empty set of integers in [{lo}, {hi}] "
                          f"({'signed' if signed else 'unsigned'} {b} bits), got {lut[:16].tolist()}")
-    return LutGrid(lut.astype(np.int64), t, b, signed, axis)
+    return LutGrid(lut.astype(np.int64), power_of_two_threshold(t) if power_of_two else t, b, signed, axis)
 
 
 def lut_quantize(x, grid: LutGrid):
-    """Index (int64) of the table entry nearest to ``clip(x / t * multiplier)``; on a tie the smaller
-    index wins, exactly as ``argmin |xs - lut|``. Uses a sorted search, not a (N, K) distance table."""
+    """Index (int64) of the table entry nearest to ``clip(x / t * multiplier)``, the smaller index on
+    a tie (exactly ``argmin |xs - lut|``), by a sorted search rather than an (N, K) distance table."""
     xp, x, _ = _prepare(x)
     lo, hi = grid.int_range
     xs = xp.clip(x / per_channel_view(grid.threshold, x, grid.axis) * grid.multiplier, lo, hi)
     values, first = np.unique(grid.lut_values, return_index=True)  # sorted distinct values, first index
-    if values.size == 1:
-        return np.zeros(xs.shape, np.int64) if xp is np else xp.zeros(xs.shape, dtype=xp.int64, device=x.device)
-    first = first if xp is np else xp.as_tensor(first, device=x.device)
-    sv = per_channel_view(values, x)
+    if values.size == 1:  # a one-entry table: every index is 0
+        return np.zeros(xs.shape, np.int64) if xp is np else xp.zeros_like(xs, dtype=xp.int64)
+    first, sv = (first if xp is np else xp.as_tensor(first, device=x.device)), per_channel_view(values, x)
     pos = xp.clip(xp.searchsorted(sv, xs if xp is np else xs.contiguous()), 1, values.size - 1)
     d_left, d_right = xp.abs(xs - sv[pos - 1]), xp.abs(sv[pos] - xs)
     i_left, i_right = first[pos - 1], first[pos]
-    take_right = (d_right < d_left) | ((d_right == d_left) & (i_right < i_left))
-    return xp.where(take_right, i_right, i_left)
+    return xp.where((d_right < d_left) | ((d_right == d_left) & (i_right < i_left)), i_right, i_left)
 
 
 def lut_dequantize(idx, grid: LutGrid, dtype=None):
-    """``lut_values[idx] * t / multiplier``; float64 (numpy) or torch's default dtype unless given."""
+    """``lut_values[idx] * t / multiplier``, as float64 (numpy) / torch's default dtype or ``dtype``."""
     torch = _torch_for(idx)
     if torch is not None:
         dtype = torch.get_default_dtype() if dtype is None else dtype
@@ -375,11 +352,9 @@ def lut_fake_quantize(x, grid: LutGrid):
 # ----------------------------------------------------------------------------- dispatch
 def make_grid(method, n_bits: int, params: dict, axis: Optional[int] = None) -> Union[AffineGrid, LutGrid]:
     """The grid of ``method`` from a quantization-params dict (keys from ``hwquant.constants``).
-
     ``is_signed`` defaults to True when missing or None; LUT grids read the table bit width from
-    ``params['lut_values_bitwidth']`` (default 8) and allow at most 2**n_bits table entries.
-    """
-    from hwquant.tpc.enums import QuantizationMethod  # lazy: core must not pull in the TPC package on import
+    ``params['lut_values_bitwidth']`` (default 8) and allow at most 2**n_bits table entries."""
+    from hwquant.tpc.enums import QuantizationMethod  # lazy: importing core must not load the TPC package
     try:
         method = QuantizationMethod(method)
     except ValueError:
@@ -399,13 +374,13 @@ def make_grid(method, n_bits: int, params: dict, axis: Optional[int] = None) -> 
         return symmetric_grid(get(THRESHOLD), n, signed, axis)
     if method == QuantizationMethod.UNIFORM:
         return uniform_grid(get(RANGE_MIN), get(RANGE_MAX), n, axis)
-    lut = get(LUT_VALUES)
-    if np.size(_to_numpy(lut)) > 2 ** n:
-        raise ValueError(f"lut_values may hold at most 2**n_bits = {2 ** n} entries, got {np.size(_to_numpy(lut))}")
-    return lut_grid(lut, get(THRESHOLD), params.get(LUT_VALUES_BITWIDTH_KEY, LUT_VALUES_BITWIDTH), signed, axis,
-                    power_of_two=method.is_power_of_two)
+    size = np.size(_to_numpy(get(LUT_VALUES)))
+    if size > 2 ** n:
+        raise ValueError(f"lut_values may hold at most 2**n_bits = {2 ** n} entries, got {size}")
+    bits = params.get(LUT_VALUES_BITWIDTH_KEY, LUT_VALUES_BITWIDTH)
+    return lut_grid(params[LUT_VALUES], get(THRESHOLD), bits, signed, axis, method.is_power_of_two)
 
 
 def fake_quantize_with(method, n_bits: int, params: dict, x, axis: Optional[int] = None):
-    """Convenience: ``make_grid`` then the matching fake-quantizer."""
+    """Convenience: :func:`make_grid`, then the matching fake-quantizer."""
     return fake_quantize(x, make_grid(method, n_bits, params, axis))

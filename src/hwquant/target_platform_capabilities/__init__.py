@@ -1,5 +1,4 @@
 """Public namespace `mct.target_platform_capabilities` (mirrors the documented API)."""
-from hwquant.tpc import *  # noqa: F401,F403
 from hwquant.tpc import (AttributeFilter, AttributeQuantizationConfig, Contains, Eq, FrameworkQuantizationCapabilities,
                          Fusing, Greater, GreaterEq, LayerFilterParams, NotEq, OperationsSetToLayers,
                          OperationsToLayers, OperatorSetConcat, OperatorSetGroup, OperatorSetNames, OperatorsSet,

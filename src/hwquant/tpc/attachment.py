@@ -13,6 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from hwquant.errors import InvalidTPCError
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.tpc.layer_filters import LayerFilterParams
+from hwquant.tpc.legacy import to_tpc
 from hwquant.tpc.schema import QuantizationConfigOptions, TargetPlatformCapabilities
 
 # The attachment being filled inside `with fqc:` blocks (the older API registers implicitly).
@@ -107,14 +108,12 @@ class FrameworkQuantizationCapabilities:
     """A TPC attached to one framework's layers.
 
     Used as a context manager by the older API: `OperationsSetToLayers(...)` created inside
-    `with fqc:` are attached to it; leaving the block checks that every attached set exists in the TPC.
+    `with fqc:` are attached to it.
     """
 
-    def __init__(self, tpc: TargetPlatformCapabilities, name: str = "base", version: Optional[str] = None,
+    def __init__(self, tpc: Any, name: str = "base", version: Optional[str] = None,
                  op_sets_to_layers: Optional[Sequence[OperationsSetToLayers]] = None):
-        if not isinstance(tpc, TargetPlatformCapabilities):
-            raise TypeError(f"expected a TargetPlatformCapabilities (TPC schema object), got {type(tpc).__name__}")
-        self.tpc = tpc
+        self.tpc = to_tpc(tpc)
         self.name = name
         self.version = version
         self.op_sets_to_layers = OperationsToLayers()
@@ -123,6 +122,12 @@ class FrameworkQuantizationCapabilities:
 
     # ---- building --------------------------------------------------------------------------
     def attach(self, entry: OperationsSetToLayers) -> None:
+        """Add an attachment; its operator set must exist in the TPC (a typo would otherwise
+        silently leave those layers with the default options)."""
+        if not self.tpc.is_opset_in_model(entry.name):
+            known = sorted(s.name for s in self.tpc.operator_set or ())
+            raise InvalidTPCError(f"layers are attached to operator set '{entry.name}' that TPC '{self.tpc.name}' "
+                                  f"does not define; its operator sets are {known}")
         self.op_sets_to_layers.add(entry)
 
     def __enter__(self) -> "FrameworkQuantizationCapabilities":
@@ -131,16 +136,6 @@ class FrameworkQuantizationCapabilities:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         _ATTACH_STACK.remove(self)
-        if exc_type is None:
-            self.validate()
-
-    def validate(self) -> None:
-        """Every attached operator set must exist in the TPC (a typo would silently fall back to defaults)."""
-        known = {s.name for s in self.tpc.operator_set or ()}
-        unknown = [e.name for e in self.op_sets_to_layers if e.name not in known]
-        if unknown:
-            raise InvalidTPCError(f"layers are attached to operator set(s) {unknown} that TPC '{self.tpc.name}' does not "
-                                  f"define; its operator sets are {sorted(known)}")
 
     # ---- queries ---------------------------------------------------------------------------
     def get_layers_by_opset_name(self, name: Any) -> List[Any]:

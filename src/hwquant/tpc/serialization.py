@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from hwquant.errors import InvalidTPCError
 from hwquant.fileio import atomic_write
+from hwquant.tpc.legacy import to_tpc
 from hwquant.tpc.schema import SCHEMA_VERSION, TargetPlatformCapabilities
 
 
@@ -87,12 +88,15 @@ def export_target_platform_capabilities(tpc: TargetPlatformCapabilities, path: U
     return atomic_write(path, text)
 
 
-def load_target_platform_capabilities(source: Union[str, os.PathLike, TargetPlatformCapabilities]) -> TargetPlatformCapabilities:
-    """A TPC from a JSON file path (or a TPC object, returned as is)."""
-    if isinstance(source, TargetPlatformCapabilities):
-        return source
+def load_target_platform_capabilities(source: Any) -> TargetPlatformCapabilities:
+    """The TPC a facade was given: a JSON file path, or a TPC object (also an older-API
+    TargetPlatformModel or a framework attachment), returned as the TPC it stands for."""
     if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"expected a TPC object or the path of a TPC JSON file, got {type(source).__name__}")
+        try:
+            return to_tpc(source)
+        except TypeError:
+            raise TypeError(f"expected a TargetPlatformCapabilities or the path of a TPC JSON file, "
+                            f"got {type(source).__name__}") from None
     path = Path(source)
     if not path.is_file():
         raise InvalidTPCError(f"TPC file '{path}' does not exist (or is not a file)")
