@@ -5,7 +5,9 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Iterable, Optional, Union
+
+from tqdm.auto import tqdm
 
 LOGGER_NAME = "hwquant"
 logger = logging.getLogger(LOGGER_NAME)
@@ -36,3 +38,17 @@ def set_log_folder(folder: Union[str, os.PathLike], level: int = logging.INFO) -
     logger.setLevel(min(level, logger.level or logging.WARNING))
     _file_handler = handler
     return path
+
+
+_progress_bars = True
+
+
+def set_progress_bars(enabled: bool) -> None:
+    """Show (default, on a terminal) or hide the progress bars of the long stages."""
+    global _progress_bars
+    _progress_bars = bool(enabled)
+
+
+def progress(iterable: Iterable[Any], desc: str, total: Optional[int] = None) -> Iterable[Any]:
+    """`iterable` with a progress bar (shown only on a terminal, and unless turned off)."""
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=None if _progress_bars else True)

@@ -9,3 +9,11 @@ from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, Defaul
                                  QuantizationErrorMethod, ResourceUtilization, RUTarget, ThresholdSelectionMethod,
                                  UserInformation)
 from hwquant.core.framework_info import FrameworkInfo
+
+
+def __getattr__(name: str):
+    # Framework facades live with their framework; loaded on first use so importing core never loads torch.
+    if name == "pytorch_resource_utilization_data":
+        from hwquant.torch.resource_utilization_data import pytorch_resource_utilization_data
+        return pytorch_resource_utilization_data
+    raise AttributeError(f"module 'hwquant.core' has no attribute '{name}'")

@@ -1,0 +1,121 @@
+"""Per-node quantization candidates from the TPC, then the user's edits on them.
+
+Each node gets its operator set (through the framework attachment) and one NodeQuantizationConfig
+per option of that set, the base option first. Fusing patterns turn off the activation quantizers
+inside fused groups; network-editor rules and manual bit widths are applied last.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from hwquant.constants import KERNEL_ATTR
+from hwquant.core.config import CoreConfig
+from hwquant.core.framework_adapter import FrameworkAdapter
+from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.node_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
+                                      NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
+from hwquant.errors import InvalidConfigError
+from hwquant.tpc.schema import OpQuantizationConfig
+
+
+def _make_candidate(node: Node, op: OpQuantizationConfig, core_config: CoreConfig,
+                    adapter: FrameworkAdapter) -> NodeQuantizationConfig:
+    qc = core_config.quantization_config
+    activation = ActivationQuantizationConfig.from_tpc(op, qc)
+    if node.kind == NodeKind.CONSTANT:
+        activation.enable_activation_quantization = False  # constants stay float (simplification)
+    axes = adapter.kernel_axes(node)
+    kernel = adapter.kernel_attr(node)
+    weights = NodeWeightsQuantizationConfig(simd_size=op.simd_size, min_threshold=qc.min_threshold,
+                                            weights_bias_correction=qc.weights_bias_correction,
+                                            weights_second_moment_correction=qc.weights_second_moment_correction)
+    for attr in node.weights:
+        if attr not in op.attr_weights_configs_mapping:
+            continue  # running statistics and other unmapped tensors are not weights to quantize
+        axis = axes[0] if axes is not None and attr == kernel else None
+        weights.attrs[attr] = WeightsAttrQuantizationConfig.from_tpc(op.attr_weights_configs_mapping[attr], qc, axis)
+    return NodeQuantizationConfig(activation, weights, op)
+
+
+def assign_candidates(graph: Graph, fqc: Any, core_config: CoreConfig, adapter: FrameworkAdapter) -> None:
+    """Set every node's operator set and candidate configs (base option first)."""
+    for node in graph:
+        if node.kind == NodeKind.INPUT:
+            node.opset, qco = None, fqc.default_qco
+        else:
+            node.opset = fqc.opset_of(node.type, node.framework_attr)
+            qco = fqc.get_qco(node.type, node.framework_attr)
+        options = [qco.base_config] + [o for o in qco.quantization_configurations if o != qco.base_config]
+        node.candidates = [_make_candidate(node, op, core_config, adapter) for op in options]
+
+
+def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:
+    """Find the TPC's fusing patterns in the graph (longest first) and disable the activation
+    quantization of every node of a fused group but the last. Returns the groups found."""
+    patterns = sorted(fqc.tpc.fusing_patterns or (), key=lambda f: -len(f.operator_groups))
+    taken: set = set()
+    groups: List[List[str]] = []
+    for pattern in patterns:
+        positions = pattern.member_names()
+        for start in graph:
+            chain = _match_chain(graph, start, positions, taken)
+            if chain:
+                groups.append([n.name for n in chain])
+                taken.update(n.name for n in chain)
+                for n in chain[:-1]:
+                    n.fused_into = chain[-1].name
+                    for c in n.candidates:
+                        c.activation_quantization_cfg.enable_activation_quantization = False
+    return groups
+
+
+def _match_chain(graph: Graph, start: Node, positions: Sequence[Sequence[str]], taken: set) -> Optional[List[Node]]:
+    if start.name in taken or start.opset not in positions[0]:
+        return None
+    chain = [start]
+    for names in positions[1:]:
+        users = graph.successors(chain[-1])
+        # The intermediate tensor must feed exactly the next op and nothing else (and not be an output).
+        if len(users) != 1 or graph.is_output(chain[-1]) or users[0].name in taken or users[0].opset not in names:
+            return None
+        chain.append(users[0])
+    return chain
+
+
+def apply_network_editor(graph: Graph, core_config: CoreConfig, final: bool) -> None:
+    """Apply the debug config's edit rules to the matching nodes' candidates (or final configs)."""
+    for rule in core_config.debug_config.network_editor:
+        for node in graph:
+            if rule.filter.match(node):
+                configs = [node.final_config] if final else node.candidates
+                rule.action.apply(configs, final=final)
+
+
+def apply_manual_bit_widths(graph: Graph, core_config: CoreConfig, adapter: FrameworkAdapter) -> None:
+    """Keep only the candidates with the bit widths the user fixed (BitWidthConfig)."""
+    bw = core_config.bit_width_config
+    for sel in bw.manual_activation_bit_width_selection_list:
+        for node in [n for n in graph if sel.filter.match(n)]:
+            _restrict(node, lambda c: c.activation_quantization_cfg.activation_n_bits == sel.bit_width,
+                      f"activation bit width {sel.bit_width}")
+    for sel in bw.manual_weights_bit_width_selection_list:
+        for node in [n for n in graph if sel.filter.match(n)]:
+            attr = adapter.kernel_attr(node) if sel.attr == KERNEL_ATTR else sel.attr
+            _restrict(node, lambda c: attr in c.weights_quantization_cfg.attrs
+                      and c.weights_quantization_cfg.attrs[attr].weights_n_bits == sel.bit_width,
+                      f"{attr!r} weights bit width {sel.bit_width}")
+
+
+def _restrict(node: Node, keep, what: str) -> None:
+    kept = [c for c in node.candidates if keep(c)]
+    if not kept:
+        have = sorted({str(c.bit_widths()) for c in node.candidates})
+        raise InvalidConfigError(f"manual bit width: node '{node.name}' has no TPC option with {what}; "
+                                 f"its options (activation bits, weight bits) are {have}")
+    node.candidates = kept
+
+
+def select_base_configs(graph: Graph) -> None:
+    """Without mixed precision every node takes its first (base) candidate."""
+    for node in graph:
+        node.final_config = node.candidates[0].clone() if node.candidates else None

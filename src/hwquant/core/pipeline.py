@@ -1,0 +1,132 @@
+"""The one ordered pipeline every facade runs (PTQ; GPTQ, QAT and mixed precision start from it).
+
+    capture (framework) -> prepare -> calibrate -> parameters -> corrections -> finalize -> build
+
+Reading `run_ptq` tells the whole data flow; each stage lives in its own module.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+import numpy as np
+
+from hwquant.core import candidates as cand
+from hwquant.core.config import CoreConfig
+from hwquant.core.framework_adapter import FrameworkAdapter
+from hwquant.core.graph import Graph, NodeKind
+from hwquant.core.node_config import NodeQuantizationConfig
+from hwquant.core.params import activation_quantization_params, weights_quantization_params
+from hwquant.core.passes.bn_folding import fold_batch_norms
+from hwquant.core.statistics import TensorStatistics
+from hwquant.core.tpc_overrides import apply_quantization_config_overrides
+from hwquant.constants import RANGE_MAX, RANGE_MIN
+from hwquant.tpc.enums import QuantizationMethod
+from hwquant.tpc.schema import TargetPlatformCapabilities
+
+log = logging.getLogger("hwquant.pipeline")
+
+
+@dataclass
+class PipelineState:
+    """What the stages hand to each other."""
+
+    graph: Graph
+    core_config: CoreConfig
+    adapter: FrameworkAdapter
+    tpc: TargetPlatformCapabilities
+    fqc: Any = None
+    fused_groups: List[List[str]] = field(default_factory=list)
+    statistics: Dict[str, TensorStatistics] = field(default_factory=dict)
+    report: Dict[str, Any] = field(default_factory=dict)
+
+
+def prepare(state: PipelineState) -> None:
+    """Graph transformations, then each node's candidates from the TPC and the user's edits."""
+    qc = state.core_config.quantization_config
+    state.tpc = apply_quantization_config_overrides(state.tpc, qc)
+    state.fqc = state.adapter.attach(state.tpc, qc.custom_tpc_opset_to_layer)
+    state.report["folded_batch_norms"] = fold_batch_norms(state.graph, state.adapter)
+    cand.assign_candidates(state.graph, state.fqc, state.core_config, state.adapter)
+    state.fused_groups = cand.apply_fusing(state.graph, state.fqc)
+    cand.apply_network_editor(state.graph, state.core_config, final=False)
+    cand.apply_manual_bit_widths(state.graph, state.core_config, state.adapter)
+
+
+def observed_nodes(graph: Graph) -> List[str]:
+    """Nodes whose output any candidate quantizes: they need activation statistics."""
+    return [n.name for n in graph if any(c.activation_quantization_cfg.quantized for c in n.candidates)]
+
+
+def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it) -> None:
+    """One streaming pass over the representative data, collecting statistics of observed nodes."""
+    names = observed_nodes(state.graph)
+    state.statistics = {n: TensorStatistics(channel_axis=1, per_channel=True) for n in names}
+
+    def consume(name: str, x: np.ndarray) -> None:
+        try:
+            state.statistics[name].update(x)
+        except ValueError as e:
+            raise ValueError(f"node '{name}': {e}") from e
+
+    batches = state.adapter.collect(state.graph, names, progress(data, desc="Statistics collection"), consume)
+    state.report["calibration_batches"] = batches
+
+
+def _fixed_range(cfg) -> Dict[str, float]:
+    """A fixed scale / zero point (signed integer convention) as a uniform range."""
+    a = cfg.activation_quantization_cfg
+    lo_int, hi_int = -2 ** (a.activation_n_bits - 1), 2 ** (a.activation_n_bits - 1) - 1
+    zp = a.fixed_zero_point or 0
+    return {RANGE_MIN: (lo_int - zp) * a.fixed_scale, RANGE_MAX: (hi_int - zp) * a.fixed_scale}
+
+
+def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics) -> None:
+    a = config.activation_quantization_cfg
+    if not a.quantized:
+        return
+    if a.fixed_scale is not None:
+        a.activation_quantization_method = QuantizationMethod.UNIFORM
+        a.activation_quantization_params = _fixed_range(config)
+        return
+    a.activation_quantization_params = activation_quantization_params(
+        a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,
+        signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold)
+
+
+def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray]) -> None:
+    wq = config.weights_quantization_cfg
+    for attr, w in wq.attrs.items():
+        if not w.enable_weights_quantization or attr not in weights:
+            continue
+        per_channel = w.weights_per_channel_threshold and w.weights_channels_axis is not None
+        w.weights_quantization_params = weights_quantization_params(
+            w.weights_quantization_method, w.weights_n_bits, w.weights_error_method, weights[attr],
+            w.weights_channels_axis if per_channel else None, per_channel, min_threshold=wq.min_threshold,
+            l_p_value=w.l_p_value)
+        if w.weights_quantization_method.is_lut and w.lut_values_bitwidth is not None:
+            w.weights_quantization_params["lut_values_bitwidth"] = w.lut_values_bitwidth
+
+
+def compute_parameters(state: PipelineState, all_candidates: bool = False) -> None:
+    """Quantization parameters of the final configs (and of every candidate, for mixed precision)."""
+    for node in state.graph:
+        configs = list(node.candidates) if all_candidates else []
+        if node.final_config is not None:
+            configs.append(node.final_config)
+        for cfg in configs:
+            if node.name in state.statistics:
+                set_activation_params(cfg, state.statistics[node.name])
+            set_weights_params(cfg, node.weights)
+
+
+def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it) -> PipelineState:
+    """Post-training quantization of `state.graph` in place: every node gets its final config with
+    quantization parameters. The framework adapter then builds the model."""
+    prepare(state)
+    calibrate(state, data, progress)
+    cand.select_base_configs(state.graph)
+    cand.apply_network_editor(state.graph, state.core_config, final=True)
+    compute_parameters(state)
+    return state

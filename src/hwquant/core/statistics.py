@@ -1,0 +1,341 @@
+"""Streaming statistics of an activation tensor, collected batch by batch in bounded memory.
+
+:class:`TensorStatistics` keeps, over everything passed to :meth:`TensorStatistics.update`:
+
+- the exact global min / max, count, mean and (population) standard deviation; the mean and the
+  spread are accumulated in float64 with Chan's parallel formula (per chunk: mean, then the sum of
+  squared deviations), so a large mean does not eat the variance;
+- optionally per-channel min / max / mean (over every axis but ``channel_axis``), as needed by bias
+  correction, shift-negative correction and channel equalization;
+- a histogram with a fixed number of bins whose range grows with the data. Bins have width ``w``
+  and edges at integer multiples of ``w`` (``edge_g = g * w``); when a batch falls outside the
+  window, the window slides and, if the data no longer fits, adjacent bins are merged ``2**k`` at a
+  time (``w -> w * 2**k``). The new edges are a subset of the old ones, so the counts stay exact
+  and no sample is ever kept. To keep calibration fast on big activations, each batch adds at most
+  ``max_hist_samples_per_batch`` values to the histogram: a uniform random subsample (with
+  replacement) drawn from a seeded generator. Min / max / mean / std stay exact on the full tensor.
+
+A value lands in bin ``g`` exactly when ``g * w <= x < (g + 1) * w`` (checked against the float
+edges themselves), so :meth:`histogram` agrees with ``np.histogram`` on the same edges.
+
+Framework-free: numpy only.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import numpy as np
+
+__all__ = ["TensorStatistics"]
+
+_CHUNK = 1 << 18  # elements per float64 chunk of the mean / variance pass (2 MiB)
+_MIN_REL_WIDTH = 2.0 ** -40  # bins no narrower than this times max|x| (keeps |x| / w far from int64 limits)
+
+
+def _exact_bins(x: np.ndarray, w: float) -> np.ndarray:
+    """Global bin index of every value: the largest integer g with ``g * w <= x`` (int64)."""
+    xf = np.asarray(x, dtype=np.float64)
+    g = np.floor(xf / w).astype(np.int64)
+    # the division may be one ulp off: correct against the float edges themselves
+    g -= xf < g * w
+    g += xf >= (g + 1) * w
+    return g
+
+
+def _bin_of(v: float, w: float) -> int:
+    return int(_exact_bins(np.array([v]), w)[0])
+
+
+class TensorStatistics:
+    """Running statistics of a tensor seen batch by batch (see the module docstring).
+
+    Args:
+        channel_axis: axis of the channels in each batch (negative counts from the end); needed
+            when ``per_channel`` is set.
+        n_bins: number of histogram bins (>= 2).
+        per_channel: also collect per-channel min / max / mean.
+        max_hist_samples_per_batch: at most this many values of a batch go into the histogram.
+        seed: seed of the subsampling generator (an int, None, or a numpy Generator).
+    """
+
+    def __init__(self, channel_axis: Optional[int] = 1, n_bins: int = 2048, per_channel: bool = False,
+                 max_hist_samples_per_batch: int = 1 << 17, seed=0):
+        if not (isinstance(n_bins, (int, np.integer)) and n_bins >= 2):
+            raise ValueError(f"n_bins must be an int >= 2, got {n_bins!r}")
+        if not (isinstance(max_hist_samples_per_batch, (int, np.integer)) and max_hist_samples_per_batch >= 1):
+            raise ValueError(f"max_hist_samples_per_batch must be an int >= 1, got {max_hist_samples_per_batch!r}")
+        if channel_axis is not None and not isinstance(channel_axis, (int, np.integer)):
+            raise ValueError(f"channel_axis must be None or an int, got {channel_axis!r}")
+        if per_channel and channel_axis is None:
+            raise ValueError("per_channel statistics need a channel_axis, got None")
+        self.channel_axis = None if channel_axis is None else int(channel_axis)
+        self.n_bins = int(n_bins)
+        self.per_channel = bool(per_channel)
+        self.max_hist_samples_per_batch = int(max_hist_samples_per_batch)
+        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        self._count = 0
+        self._mean = 0.0
+        self._m2 = 0.0  # sum of squared deviations from the mean
+        self._min = math.inf
+        self._max = -math.inf
+        # histogram: counts[i] holds [ (start + i) * w, (start + i + 1) * w )
+        self._w = 0.0
+        self._start = 0
+        self._counts: Optional[np.ndarray] = None
+        # per channel
+        self._ch_min: Optional[np.ndarray] = None
+        self._ch_max: Optional[np.ndarray] = None
+        self._ch_sum: Optional[np.ndarray] = None
+        self._ch_count = 0  # elements per channel
+
+    # ------------------------------------------------------------------------------------------- update
+    def update(self, x) -> "TensorStatistics":
+        """Add one batch (array-like, batch first). NaN or inf raise ValueError. Returns self."""
+        x = np.asarray(x)
+        if x.dtype.kind not in "fiub":
+            raise ValueError(f"activation statistics need a numeric array, got dtype {x.dtype}")
+        if x.dtype.kind != "f" or x.dtype.itemsize < 4:
+            x = x.astype(np.float32)
+        if x.size == 0:
+            return self
+        axes = None
+        if self.per_channel:
+            if x.ndim == 0 or not -x.ndim <= self.channel_axis < x.ndim:
+                raise ValueError(f"channel_axis {self.channel_axis} is out of range for an activation of "
+                                 f"shape {x.shape}")
+            ax = self.channel_axis % x.ndim
+            axes = tuple(d for d in range(x.ndim) if d != ax)
+            c_min, c_max = np.min(x, axis=axes), np.max(x, axis=axes)
+            lo, hi = float(np.min(c_min)), float(np.max(c_max))
+        else:
+            lo, hi = float(np.min(x)), float(np.max(x))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError("the activation contains NaN or inf values "
+                             f"(batch of shape {x.shape}, min={lo}, max={hi})")
+        if self.per_channel:
+            c_sum = np.add.reduce(x, axis=axes, dtype=np.float64)
+            if self._ch_min is None:
+                self._ch_min, self._ch_max, self._ch_sum = (c_min.astype(np.float64), c_max.astype(np.float64),
+                                                            c_sum)
+            else:
+                if c_min.shape != self._ch_min.shape:
+                    raise ValueError(f"the batch has {c_min.shape[0]} channels along axis {self.channel_axis}, "
+                                     f"earlier batches had {self._ch_min.shape[0]}")
+                np.minimum(self._ch_min, c_min, out=self._ch_min)
+                np.maximum(self._ch_max, c_max, out=self._ch_max)
+                self._ch_sum += c_sum
+            self._ch_count += x.size // c_min.shape[0]
+        self._update_moments(x.reshape(-1))
+        self._update_histogram(x, lo, hi)
+        self._min, self._max = min(self._min, lo), max(self._max, hi)
+        return self
+
+    def _update_moments(self, flat: np.ndarray) -> None:
+        for i in range(0, flat.size, _CHUNK):
+            c = flat[i:i + _CHUNK].astype(np.float64)
+            n = c.size
+            m = float(c.sum()) / n
+            c -= m
+            self._combine(n, m, float(np.einsum("i,i->", c, c)))  # (BLAS dot is slow under thread contention)
+
+    def _combine(self, n: int, mean: float, m2: float) -> None:
+        total = self._count + n
+        delta = mean - self._mean
+        self._mean += delta * n / total
+        self._m2 += m2 + delta * delta * self._count * n / total
+        self._count = total
+
+    def _update_histogram(self, x: np.ndarray, lo: float, hi: float) -> None:
+        flat = x.reshape(-1)
+        if flat.size > self.max_hist_samples_per_batch:
+            flat = flat[self._rng.integers(0, flat.size, self.max_hist_samples_per_batch)]
+        self._cover(lo, hi)
+        g = _exact_bins(flat, self._w) - self._start
+        self._counts += np.bincount(g, minlength=self.n_bins)
+
+    # ------------------------------------------------------------------------------------------ histogram
+    def _initial_width(self, lo: float, hi: float) -> float:
+        floor = max(abs(lo), abs(hi)) * _MIN_REL_WIDTH
+        if hi > lo:
+            return max((hi - lo) / (self.n_bins - 1), floor, 1e-300)
+        return max(floor, max(abs(lo), 1.0) * 2.0 ** -20)  # a single value so far: any small width
+
+    def _reset(self, lo: float, hi: float) -> None:
+        """Start a fresh histogram sized for [lo, hi], keeping the counts of a single-valued past."""
+        old_total = 0 if self._counts is None else int(self._counts.sum())
+        self._w = self._initial_width(lo, hi)
+        self._counts = np.zeros(self.n_bins, np.int64)
+        g_lo, g_hi = _bin_of(lo, self._w), _bin_of(hi, self._w)
+        self._start = g_lo - max(self.n_bins - 1 - (g_hi - g_lo), 0) // 2
+        self._fit(lo, hi)  # float fuzz: widen if [lo, hi] still does not fit
+        if old_total:  # every earlier value equals self._min
+            self._counts[_bin_of(self._min, self._w) - self._start] += old_total
+
+    def _cover(self, lo: float, hi: float) -> None:
+        """Make the window hold [lo, hi] and all data so far."""
+        if self._counts is None or (self._min == self._max and (lo < self._min or hi > self._max)):
+            self._reset(min(lo, self._min), max(hi, self._max))
+        else:
+            self._fit(lo, hi)
+
+    def _fit(self, lo: float, hi: float, min_k: int = 0) -> None:
+        """Slide the window over [lo, hi] and the data so far, merging bins ``2**k`` at a time
+        (k >= min_k, the smallest that fits) when it is too narrow. Counts stay exact."""
+        lo, hi = min(lo, self._min), max(hi, self._max)
+        w, n = self._w, self.n_bins
+        g_lo, g_hi = _bin_of(lo, w), _bin_of(hi, w)
+        if min_k == 0 and self._start <= g_lo and g_hi < self._start + n:
+            return
+        k = min_k
+        while (g_hi >> k) - (g_lo >> k) + 1 > n:
+            k += 1
+        lo_k, hi_k = g_lo >> k, g_hi >> k
+        start = lo_k - (n - 1 - (hi_k - lo_k)) // 2
+        old = (np.arange(self._start, self._start + n, dtype=np.int64) >> k) - start
+        keep = self._counts > 0  # (empty bins may fall outside the new window)
+        counts = np.bincount(old[keep], weights=self._counts[keep], minlength=n)
+        self._counts, self._start, self._w = np.rint(counts).astype(np.int64), start, w * 2.0 ** k
+
+    def _check_data(self) -> None:
+        if self._count == 0:
+            raise ValueError("no statistics were collected yet (update() was never called with data)")
+
+    def histogram(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(bin_edges float64 of length n_bins + 1, counts int64 of length n_bins), copies."""
+        self._check_data()
+        edges = np.arange(self._start, self._start + self.n_bins + 1, dtype=np.float64) * self._w
+        return edges, self._counts.copy()
+
+    @property
+    def bin_width(self) -> float:
+        self._check_data()
+        return self._w
+
+    def z_score_range(self, z_threshold: float) -> Tuple[float, float]:
+        """(lo, hi): the values within ``z_threshold`` standard deviations of the mean, intersected
+        with [min, max]; ``inf`` (or a zero spread) gives the full range [min, max]."""
+        self._check_data()
+        if not z_threshold > 0:
+            raise ValueError(f"z_threshold must be > 0, got {z_threshold!r}")
+        if math.isinf(z_threshold) or self.std == 0:
+            return self._min, self._max
+        m, d = self.mean, z_threshold * self.std
+        lo, hi = max(self._min, m - d), min(self._max, m + d)
+        return (lo, hi) if lo <= hi else (m, m)
+
+    def histogram_within(self, lo: float, hi: float) -> Tuple[np.ndarray, np.ndarray]:
+        """The histogram restricted to the bins whose centre lies in [lo, hi] (outlier removal):
+        (edges, counts) of the kept contiguous bins. If no centre is inside, the bin holding
+        (lo + hi) / 2 is kept, so the result is never empty."""
+        edges, counts = self.histogram()
+        centres = 0.5 * (edges[:-1] + edges[1:])
+        i0, i1 = int(np.searchsorted(centres, lo, "left")), int(np.searchsorted(centres, hi, "right"))
+        if i1 <= i0:
+            i0 = int(np.clip(np.searchsorted(edges, 0.5 * (lo + hi), "right") - 1, 0, self.n_bins - 1))
+            i1 = i0 + 1
+        return edges[i0:i1 + 1].copy(), counts[i0:i1].copy()
+
+    # ------------------------------------------------------------------------------------------ properties
+    @property
+    def count(self) -> int:
+        """Number of values seen (all of them, not the histogram's subsample)."""
+        return self._count
+
+    @property
+    def min(self) -> float:
+        self._check_data()
+        return self._min
+
+    @property
+    def max(self) -> float:
+        self._check_data()
+        return self._max
+
+    @property
+    def mean(self) -> float:
+        self._check_data()
+        return self._mean
+
+    @property
+    def var(self) -> float:
+        self._check_data()
+        return max(self._m2 / self._count, 0.0)
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (ddof=0, as np.std)."""
+        return math.sqrt(self.var)
+
+    def _channel(self, arr):
+        if not self.per_channel:
+            raise ValueError("per-channel statistics were not collected (per_channel=False)")
+        self._check_data()
+        return arr.copy()
+
+    @property
+    def channel_min(self) -> np.ndarray:
+        return self._channel(self._ch_min)
+
+    @property
+    def channel_max(self) -> np.ndarray:
+        return self._channel(self._ch_max)
+
+    @property
+    def channel_mean(self) -> np.ndarray:
+        return self._channel(self._ch_sum) / self._ch_count
+
+    # ------------------------------------------------------------------------------------------ merge
+    def merge(self, other: "TensorStatistics") -> "TensorStatistics":
+        """Add the statistics of ``other`` (same per-channel layout) to self; returns self.
+
+        Exact for min / max / mean / std / per-channel values. The histogram is exact when the two
+        bin widths differ by a power of two (both grew from the same first batch range, e.g.); else
+        each bin of the finer-or-equal other histogram is moved whole to the bin holding its centre."""
+        if not isinstance(other, TensorStatistics):
+            raise TypeError(f"can only merge another TensorStatistics, got {type(other).__name__}")
+        if other.per_channel != self.per_channel:
+            raise ValueError("cannot merge statistics with and without per-channel data")
+        if other.n_bins != self.n_bins:
+            raise ValueError(f"cannot merge histograms of {other.n_bins} and {self.n_bins} bins")
+        if other._count == 0:
+            return self
+        if self._count == 0:
+            self._copy_from(other)
+            return self
+        if self.per_channel:
+            if other._ch_min.shape != self._ch_min.shape:
+                raise ValueError(f"cannot merge statistics of {other._ch_min.shape[0]} and "
+                                 f"{self._ch_min.shape[0]} channels")
+            np.minimum(self._ch_min, other._ch_min, out=self._ch_min)
+            np.maximum(self._ch_max, other._ch_max, out=self._ch_max)
+            self._ch_sum = self._ch_sum + other._ch_sum
+            self._ch_count += other._ch_count
+        o_edges, o_counts = other.histogram()
+        lo, hi = min(other._min, self._min), max(other._max, self._max)
+        if self._min == self._max:  # a single value so far: size the window for the union now
+            self._cover(lo, hi)
+        min_k = 0
+        if other._w > self._w:  # coarsen self to at least the other's width
+            min_k = max(int(math.ceil(math.log2(other._w / self._w) - 1e-9)), 0)
+        self._fit(lo, hi, min_k)
+        nz = o_counts > 0
+        centres = 0.5 * (o_edges[:-1] + o_edges[1:])[nz]
+        g = np.clip(_exact_bins(np.clip(centres, lo, hi), self._w) - self._start, 0, self.n_bins - 1)
+        self._counts += np.bincount(g, weights=o_counts[nz], minlength=self.n_bins).astype(np.int64)
+        self._combine(other._count, other._mean, other._m2)
+        self._min, self._max = lo, hi
+        return self
+
+    def _copy_from(self, other: "TensorStatistics") -> None:
+        for name in ("_count", "_mean", "_m2", "_min", "_max", "_w", "_start", "_ch_count"):
+            setattr(self, name, getattr(other, name))
+        for name in ("_counts", "_ch_min", "_ch_max", "_ch_sum"):
+            v = getattr(other, name)
+            setattr(self, name, None if v is None else v.copy())
+
+    def __repr__(self) -> str:
+        if self._count == 0:
+            return "TensorStatistics(empty)"
+        return (f"TensorStatistics(count={self._count}, min={self._min:.6g}, max={self._max:.6g}, "
+                f"mean={self.mean:.6g}, std={self.std:.6g}, n_bins={self.n_bins}, bin_width={self._w:.3g})")

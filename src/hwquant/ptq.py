@@ -1,0 +1,60 @@
+"""`mct.ptq`: post-training quantization facades."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Optional, Tuple
+
+from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.errors import InvalidConfigError
+from hwquant.logger import progress
+from hwquant.tpc.platforms import get_target_platform_capabilities
+from hwquant.tpc.serialization import load_target_platform_capabilities
+
+log = logging.getLogger("hwquant.ptq")
+DEFAULT_PYTORCH_TPC = get_target_platform_capabilities()
+
+
+def _check_target(target: Optional[ResourceUtilization]) -> None:
+    if target is None:
+        return
+    if not isinstance(target, ResourceUtilization):
+        raise InvalidConfigError(f"target_resource_utilization must be a ResourceUtilization, got {type(target).__name__}")
+    if target.is_any_restricted():
+        raise NotImplementedError("mixed precision under resource targets is not available in this version of "
+                                  "hwquant; call without target_resource_utilization for single precision")
+
+
+def pytorch_post_training_quantization(in_module: Any, representative_data_gen: Callable[[], Any],
+                                       target_resource_utilization: Optional[ResourceUtilization] = None,
+                                       core_config: CoreConfig = CoreConfig(),
+                                       target_platform_capabilities: Any = DEFAULT_PYTORCH_TPC) -> Tuple[Any, UserInformation]:
+    """Quantize a float PyTorch model for the target platform.
+
+    Args:
+        in_module: the float `torch.nn.Module` (not modified).
+        representative_data_gen: zero-argument callable returning an iterator of lists of tensors,
+            one tensor per model input (batched).
+        target_resource_utilization: resource targets for mixed precision (None: single precision).
+        core_config: the quantization process configuration.
+        target_platform_capabilities: a TPC object or the path of a TPC JSON file.
+
+    Returns:
+        (quantized model, UserInformation). The quantized model is an `nn.Module` whose weighted layers
+        carry weight quantizers and whose quantized activations pass through activation quantizers.
+    """
+    from hwquant.core.pipeline import run_ptq
+    from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+    from hwquant.torch.session import start_session
+
+    start = time.perf_counter()
+    _check_target(target_resource_utilization)
+    session = start_session(in_module, representative_data_gen, core_config, target_platform_capabilities)
+    graph, adapter = session.graph, session.adapter
+    state = run_ptq(session.state, session.data, progress)
+    model = adapter.build(state.graph, quantized=True).eval()
+    info = UserInformation()
+    info.final_resource_utilization = compute_resource_utilization(state.graph, final_config, adapter)
+    log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
+             graph.name, time.perf_counter() - start, len(state.fused_groups), state.report.get("folded_batch_norms", 0))
+    return model, info

@@ -1,0 +1,86 @@
+"""The PyTorch adapter of the core pipeline (see core/framework_adapter.py), and PyTorch's default
+FrameworkInfo."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hwquant.core.config import DefaultDict
+from hwquant.core.framework_adapter import BatchNormParams
+from hwquant.core.framework_info import FrameworkInfo
+from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.torch.attach import attach_tpc
+from hwquant.torch.builder import QuantizerFactory, build_module
+
+_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
+_BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+DEFAULT_PYTORCH_INFO = FrameworkInfo(
+    kernel_ops=[*_CONVS, *_TRANSPOSED, nn.Linear],
+    activation_ops=[nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.Hardswish, nn.Hardsigmoid,
+                    nn.GELU, nn.PReLU, nn.Softmax, F.relu, F.relu6, torch.relu, torch.sigmoid, torch.tanh],
+    no_quantization_ops=[],
+    activation_quantizer_mapping={},
+    weights_quantizer_mapping={},
+    # (output-channel axis, input-channel axis) of each kernel
+    kernel_channels_mapping=DefaultDict({**{c: (0, 1) for c in _CONVS}, **{c: (1, 0) for c in _TRANSPOSED},
+                                         nn.Linear: (0, 1)}, None),
+    activation_min_max_mapping={"relu": (0, None), "relu6": (0, 6), "sigmoid": (0, 1), "tanh": (-1, 1),
+                                "softmax": (0, 1), "hardsigmoid": (0, 1)},
+    layer_min_max_mapping={nn.ReLU: (0, None), nn.ReLU6: (0, 6), nn.Sigmoid: (0, 1), nn.Tanh: (-1, 1),
+                           nn.Softmax: (0, 1), nn.Hardsigmoid: (0, 1), torch.relu: (0, None), F.relu: (0, None),
+                           F.relu6: (0, 6), torch.sigmoid: (0, 1), torch.tanh: (-1, 1), F.softmax: (0, 1)},
+)
+
+
+class PytorchAdapter:
+    name = "pytorch"
+
+    def __init__(self, device: Optional[torch.device] = None, fw_info: FrameworkInfo = DEFAULT_PYTORCH_INFO):
+        self.device = device or torch.device("cpu")
+        self.fw_info = fw_info
+
+    def attach(self, tpc: Any, custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> Any:
+        return attach_tpc(tpc, custom_opset_to_layer)
+
+    def batch_norm_params(self, node: Node) -> Optional[BatchNormParams]:
+        if node.kind != NodeKind.MODULE or not issubclass(node.type, _BATCH_NORMS):
+            return None
+        w = node.weights
+        if "running_mean" not in w or "running_var" not in w:
+            return None  # a batch-norm without running statistics normalises per batch: not foldable
+        n = w["running_mean"].shape[0]
+        return BatchNormParams(gamma=w.get("weight", np.ones(n, np.float32)), beta=w.get("bias", np.zeros(n, np.float32)),
+                               mean=w["running_mean"], var=w["running_var"], eps=float(node.call_target.eps))
+
+    def kernel_axes(self, node: Node) -> Optional[Tuple[int, int]]:
+        if node.kind != NodeKind.MODULE or "weight" not in node.weights:
+            return None
+        return self.fw_info.get_kernel_channels(node.type)
+
+    def kernel_attr(self, node: Node) -> Optional[str]:
+        return "weight" if self.kernel_axes(node) is not None else None
+
+    def bias_attr(self, node: Node) -> Optional[str]:
+        return "bias" if self.kernel_axes(node) is not None else None
+
+    def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
+        return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)
+
+    @torch.no_grad()
+    def collect(self, graph: Graph, node_names: Sequence[str], data: Iterable[List[Any]],
+                consume: Callable[[str, np.ndarray], None], quantized: bool = False) -> int:
+        model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
+        model = model.to(self.device).eval()
+        batches = 0
+        for batch in data:
+            _, tensors = model(*batch)
+            for name, t in zip(node_names, tensors):
+                consume(name, t.detach().float().cpu().numpy())
+            batches += 1
+        return batches

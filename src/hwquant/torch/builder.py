@@ -1,0 +1,119 @@
+"""Build a PyTorch module back from the core graph: the float model (for statistics), the model
+with extra outputs (to observe intermediate tensors), and the quantized model.
+
+The result is a `torch.fx.GraphModule`: a plain `nn.Module` that prints its code, saves and loads
+through its state dict, moves across devices and exports like any traced model.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.fx as fx
+from torch import nn
+
+from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs
+from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+
+
+def _attr_name(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def make_layer(node: Node) -> nn.Module:
+    """A copy of the node's layer carrying the node's (possibly folded) weights."""
+    layer = copy.deepcopy(node.call_target)
+    for name, value in node.weights.items():
+        tensor = torch.as_tensor(np.ascontiguousarray(value))
+        current = getattr(layer, name, None)
+        if isinstance(current, nn.Parameter) or (current is None and name in ("weight", "bias")):
+            setattr(layer, name, nn.Parameter(tensor.to(torch.float32), requires_grad=False))
+        elif isinstance(current, torch.Tensor):
+            setattr(layer, name, tensor.to(current.dtype))
+    return layer
+
+
+class QuantizerFactory:
+    """Makes the quantizer modules of a node (the torch side of the node's final config)."""
+
+    def weights(self, node: Node) -> Dict[str, InferableQuantizer]:
+        cfg = node.final_config
+        if cfg is None or node.kind != NodeKind.MODULE:
+            return {}
+        out = {}
+        for attr, wc in cfg.weights_quantization_cfg.attrs.items():
+            if wc.enable_weights_quantization and isinstance(attr, str) and attr in node.weights:
+                axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
+                out[attr] = InferableQuantizer(wc.weights_quantization_method, wc.weights_n_bits,
+                                               wc.weights_quantization_params, channel_axis=axis, target="weights")
+        return out
+
+    def activation(self, node: Node) -> Optional[InferableQuantizer]:
+        cfg = node.final_config
+        if cfg is None or not cfg.activation_quantization_cfg.quantized:
+            return None
+        ac = cfg.activation_quantization_cfg
+        return InferableQuantizer(ac.activation_quantization_method, ac.activation_n_bits,
+                                  ac.activation_quantization_params, target="activation")
+
+
+def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
+                 extra_outputs: Sequence[str] = (), class_name: Optional[str] = None) -> fx.GraphModule:
+    """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
+    quantized activation passes through a holder. With `extra_outputs`, the module returns
+    `(model outputs, [tensors of those nodes])` (statistics collection)."""
+    root = nn.Module()
+    g = fx.Graph()
+    env: Dict[str, fx.Node] = {}
+    used_names: set = set()
+
+    def register(base: str, module: nn.Module) -> str:
+        name, i = _attr_name(base), 1
+        while name in used_names:
+            name, i = f"{_attr_name(base)}_{i}", i + 1
+        used_names.add(name)
+        root.add_module(name, module)
+        return name
+
+    for node in graph:
+        args = map_input_refs(node.call_args, lambda r: env[node.inputs[r.index]])
+        kwargs = map_input_refs(node.call_kwargs, lambda r: env[node.inputs[r.index]])
+        if node.kind == NodeKind.INPUT:
+            out = g.placeholder(_attr_name(node.name))
+        elif node.kind == NodeKind.CONSTANT:
+            name = _attr_name(node.name)
+            root.register_buffer(name, torch.as_tensor(np.ascontiguousarray(node.weights[0])))
+            used_names.add(name)
+            out = g.get_attr(name)
+        elif node.kind == NodeKind.MODULE:
+            layer = make_layer(node)
+            wq = quantizers.weights(node) if quantizers else {}
+            if wq:
+                layer = PytorchQuantizationWrapper(layer, wq)
+            out = g.call_module(register(node.name, layer), args, kwargs)
+        elif node.kind == NodeKind.FUNCTION:
+            out = g.call_function(node.call_target, args, kwargs)
+        elif node.kind == NodeKind.METHOD:
+            out = g.call_method(node.call_target, args, kwargs)
+        else:
+            raise ValueError(f"node '{node.name}' has unknown kind {node.kind!r}")
+        aq = quantizers.activation(node) if quantizers else None
+        if aq is not None:
+            out = g.call_module(register(f"{node.name}_activation_holder", PytorchActivationQuantizationHolder(aq)), (out,))
+        env[node.name] = out
+
+    def to_fx(structure):
+        if isinstance(structure, str):
+            return env[structure]
+        if isinstance(structure, dict):
+            return {k: to_fx(v) for k, v in structure.items()}
+        return type(structure)(to_fx(v) for v in structure)
+
+    result = to_fx(graph.outputs)
+    if extra_outputs:
+        result = (result, [env[n] for n in extra_outputs])
+    g.output(result)
+    return fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))

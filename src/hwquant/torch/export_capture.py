@@ -1,0 +1,114 @@
+"""Capture through torch.export, for models torch.fx cannot trace symbolically (for example Python
+control flow on tensor shapes: torch.export specialises it on the representative inputs).
+
+torch.export records ATen operators. Runs of operators that come from one standard `torch.nn` layer
+(`nn_module_stack` tells) are turned back into that layer, so convolutions, linear layers and
+batch-norms keep their weights and attach to the TPC like traced layers; the remaining operators stay
+ATen calls, attached through their overloads (see attach.py) with their schema argument names as
+attributes for layer filters.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.shape_prop import ShapeProp
+from torch.utils._pytree import tree_unflatten
+
+from hwquant.core.graph import Graph
+from hwquant.torch.capture import graph_from_fx
+
+
+def _leaf_layer(node: fx.Node, model: torch.nn.Module) -> Optional[Tuple[str, torch.nn.Module]]:
+    """(path, layer) of the standard torch.nn layer an operator comes from, if any."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return None
+    path, cls = list(stack.values())[-1]
+    if not isinstance(cls, str) or not cls.startswith("torch.nn.modules.") or cls.startswith("torch.nn.modules.container"):
+        return None
+    try:
+        return path, model.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def _layer_groups(gm: fx.GraphModule, model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module, List[fx.Node]]]:
+    """Consecutive operator nodes coming from the same standard layer."""
+    groups: List[Tuple[str, torch.nn.Module, List[fx.Node]]] = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        leaf = _leaf_layer(node, model)
+        if leaf is None:
+            continue
+        if groups and groups[-1][0] == leaf[0] and groups[-1][2][-1].next is node:
+            groups[-1][2].append(node)
+        else:
+            groups.append((leaf[0], leaf[1], [node]))
+    return groups
+
+
+def _collapse_group(gm: fx.GraphModule, path: str, layer: torch.nn.Module, nodes: List[fx.Node]) -> Optional[str]:
+    """Replace a layer's operators by one call of the layer, when it reads one tensor and yields one;
+    returns the new node's name."""
+    inside = set(nodes)
+    external = []
+    for n in nodes:
+        for a in n.all_input_nodes:
+            if a not in inside and a.op != "get_attr" and a not in external:
+                external.append(a)
+    outputs = [n for n in nodes if any(u not in inside for u in n.users)]
+    if len(external) != 1 or len(outputs) != 1:
+        return None
+    # A fresh attribute: the exported module already holds `path` as a plain holder of the parameters.
+    base, i = "layer_" + (path.replace(".", "_") or "root"), 0
+    name = base
+    while hasattr(gm, name):
+        i += 1
+        name = f"{base}_{i}"
+    gm.add_submodule(name, layer)
+    with gm.graph.inserting_after(outputs[0]):
+        call = gm.graph.call_module(name, (external[0],))
+    call.meta = dict(outputs[0].meta)
+    outputs[0].replace_all_uses_with(call)
+    for n in reversed(nodes):
+        gm.graph.erase_node(n)
+    return call.name
+
+
+def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
+    """Non-tensor arguments of an ATen call under their schema names (what layer filters read)."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return {}
+    values = dict(zip([a.name for a in schema.arguments], node.args))
+    values.update(node.kwargs)
+    return {k: v for k, v in values.items() if not isinstance(v, (fx.Node, torch.Tensor, list, tuple))}
+
+
+def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
+    exported = torch.export.export(model, tuple(example_inputs))
+    gm = exported.module()
+    for node in list(gm.graph.nodes):  # drop the guard check torch.export inserts
+        if node.op == "call_module" and str(node.target).startswith("_guards"):
+            gm.graph.erase_node(node)
+    paths = {}
+    for path, layer, nodes in _layer_groups(gm, model):
+        new_name = _collapse_group(gm, path, layer, nodes)
+        if new_name:
+            paths[new_name] = path
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    with torch.no_grad():
+        ShapeProp(gm).propagate(*example_inputs)
+    graph = graph_from_fx(gm, name)
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.name in graph:
+            graph.node(node.name).framework_attr.update(_schema_attrs(node))
+    for node_name, path in paths.items():
+        graph.node(node_name).module_path = path
+    # The exported graph returns a flat tuple; restore the model's own output structure.
+    graph.outputs = tree_unflatten(list(graph.output_names()), exported.call_spec.out_spec)
+    return graph

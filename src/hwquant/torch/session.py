@@ -1,0 +1,52 @@
+"""The steps every PyTorch facade starts with: check the arguments, read the TPC, wrap the
+representative data, capture the model (a copy: the user's model is never modified)."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from hwquant.core.config import CoreConfig
+from hwquant.core.graph import Graph
+from hwquant.core.pipeline import PipelineState
+from hwquant.errors import InvalidConfigError
+from hwquant.torch.adapter import PytorchAdapter
+from hwquant.torch.capture import capture
+from hwquant.torch.data import RepresentativeData, RepresentativeDataError
+from hwquant.tpc.serialization import load_target_platform_capabilities
+
+
+@dataclass
+class PytorchSession:
+    state: PipelineState
+    data: RepresentativeData
+    adapter: PytorchAdapter
+
+    @property
+    def graph(self) -> Graph:
+        return self.state.graph
+
+
+def start_session(in_module: Any, representative_data_gen: Callable[[], Any], core_config: Any,
+                  target_platform_capabilities: Any) -> PytorchSession:
+    if not isinstance(in_module, torch.nn.Module):
+        raise TypeError(f"the model must be a torch.nn.Module, got {type(in_module).__name__}")
+    if not isinstance(core_config, CoreConfig):
+        raise InvalidConfigError(f"core_config must be a CoreConfig, got {type(core_config).__name__}")
+    tpc = load_target_platform_capabilities(target_platform_capabilities)
+    if in_module.training:
+        warnings.warn("the model is in training mode: quantizing its eval-mode behaviour (batch-norm running "
+                      "statistics, no dropout); the model you passed is not changed", stacklevel=3)
+    device = next((p.device for p in in_module.parameters()), torch.device("cpu"))
+    data = RepresentativeData(representative_data_gen, device=device)
+    example = data.first_batch()
+    graph = capture(in_module, example)
+    if len(graph.input_nodes) != len(example):
+        raise RepresentativeDataError(f"the model takes {len(graph.input_nodes)} input(s) "
+                                      f"({[n.name for n in graph.input_nodes]}) but representative batches hold "
+                                      f"{len(example)}; yield one tensor per model input")
+    data.n_inputs = len(example)
+    adapter = PytorchAdapter(device=device)
+    return PytorchSession(PipelineState(graph, core_config, adapter, tpc), data, adapter)
