@@ -21,7 +21,7 @@ from hwquant.core.params import activation_quantization_params, weights_quantiza
 from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.core.statistics import TensorStatistics
 from hwquant.core.tpc_overrides import apply_quantization_config_overrides
-from hwquant.constants import RANGE_MAX, RANGE_MIN
+from hwquant.constants import LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.tpc.schema import TargetPlatformCapabilities
 
@@ -59,10 +59,16 @@ def observed_nodes(graph: Graph) -> List[str]:
     return [n.name for n in graph if any(c.activation_quantization_cfg.quantized for c in n.candidates)]
 
 
+def _has_channels(node) -> bool:
+    return isinstance(node.output_shape, tuple) and len(node.output_shape) >= 2
+
+
 def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it) -> None:
     """One streaming pass over the representative data, collecting statistics of observed nodes."""
     names = observed_nodes(state.graph)
-    state.statistics = {n: TensorStatistics(channel_axis=1, per_channel=True) for n in names}
+    # Per-channel figures (for bias correction, shift-negative, equalization) where there is a channel axis.
+    state.statistics = {n: TensorStatistics(channel_axis=1, per_channel=_has_channels(state.graph.node(n)))
+                        for n in names}
 
     def consume(name: str, x: np.ndarray) -> None:
         try:
@@ -104,9 +110,7 @@ def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.nda
         w.weights_quantization_params = weights_quantization_params(
             w.weights_quantization_method, w.weights_n_bits, w.weights_error_method, weights[attr],
             w.weights_channels_axis if per_channel else None, per_channel, min_threshold=wq.min_threshold,
-            l_p_value=w.l_p_value)
-        if w.weights_quantization_method.is_lut and w.lut_values_bitwidth is not None:
-            w.weights_quantization_params["lut_values_bitwidth"] = w.lut_values_bitwidth
+            l_p_value=w.l_p_value, lut_values_bitwidth=w.lut_values_bitwidth or LUT_VALUES_BITWIDTH)
 
 
 def compute_parameters(state: PipelineState, all_candidates: bool = False) -> None:

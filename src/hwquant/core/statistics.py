@@ -126,8 +126,9 @@ class TensorStatistics:
                 np.maximum(self._ch_max, c_max, out=self._ch_max)
                 self._ch_sum += c_sum
             self._ch_count += x.size // c_min.shape[0]
-        self._update_moments(x.reshape(-1))
-        self._update_histogram(x, lo, hi)
+        flat = x.reshape(-1)  # (a copy only when x is not contiguous)
+        self._update_moments(flat)
+        self._update_histogram(flat, lo, hi)
         self._min, self._max = min(self._min, lo), max(self._max, hi)
         return self
 
@@ -146,8 +147,7 @@ class TensorStatistics:
         self._m2 += m2 + delta * delta * self._count * n / total
         self._count = total
 
-    def _update_histogram(self, x: np.ndarray, lo: float, hi: float) -> None:
-        flat = x.reshape(-1)
+    def _update_histogram(self, flat: np.ndarray, lo: float, hi: float) -> None:
         if flat.size > self.max_hist_samples_per_batch:
             flat = flat[self._rng.integers(0, flat.size, self.max_hist_samples_per_batch)]
         self._cover(lo, hi)

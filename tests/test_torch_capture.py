@@ -1,0 +1,124 @@
+"""Capturing PyTorch models into the core graph, and building them back."""
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hwquant.core.graph import NodeKind
+from hwquant.torch.builder import build_module
+from hwquant.torch.capture import CaptureError, capture
+
+
+class Everything(nn.Module):
+    """Modules, functional calls and tensor methods of many kinds, two inputs, three outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+        self.scale = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x, y):
+        a = F.relu(self.bn(self.conv(x)))
+        b = torch.sigmoid(self.dw(a)) * a + self.scale
+        c = torch.cat([a, b], dim=1)[:, :8]
+        d = F.interpolate(c, scale_factor=0.5, mode="nearest")
+        e = d.permute(0, 2, 3, 1).reshape(d.shape[0], -1)
+        f = torch.flatten(F.adaptive_avg_pool2d(d, 4), 1)
+        g = self.fc(f) - e.mean(dim=1, keepdim=True)
+        h = torch.matmul(y, y.transpose(1, 2))
+        return g, h, {"chunks": torch.chunk(y, 2, dim=-1)[0]}
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.allclose(a, b, atol=1e-5)
+    if isinstance(a, dict):
+        return all(_same(a[k], b[k]) for k in a)
+    return all(_same(x, z) for x, z in zip(a, b))
+
+
+def test_capture_and_rebuild_many_constructs():
+    model = Everything().eval()
+    x, y = torch.randn(2, 3, 8, 8), torch.randn(2, 5, 6)
+    graph = capture(model, [x, y])
+    kinds = {n.kind for n in graph}
+    assert kinds == {NodeKind.INPUT, NodeKind.MODULE, NodeKind.FUNCTION, NodeKind.METHOD, NodeKind.CONSTANT}
+    types = {n.type for n in graph}
+    assert {nn.Conv2d, nn.BatchNorm2d, nn.Linear, F.relu, torch.cat, operator.getitem, operator.mul,
+            torch.matmul, torch.Tensor.permute, torch.Tensor.reshape, F.interpolate, torch.flatten} <= types
+    conv = graph.node("conv")
+    assert conv.weights["weight"].shape == (8, 3, 3, 3) and conv.framework_attr["groups"] == 1
+    assert conv.output_shape == (2, 8, 8, 8)
+    assert len(graph.input_nodes) == 2
+    assert isinstance(graph.outputs, tuple) and isinstance(graph.outputs[2], dict)
+    rebuilt = build_module(graph)
+    assert _same(model(x, y), rebuilt(x, y))
+
+
+def test_capture_does_not_modify_the_model():
+    model = Everything().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    capture(model, [torch.randn(1, 3, 8, 8), torch.randn(1, 5, 6)])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+class ShapeBranch(nn.Module):
+    """Python control flow on a shape: torch.fx cannot trace it, torch.export can."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if y.shape[-1] > 3:
+            y = torch.relu(y)
+        return self.fc(F.hardtanh(y, 0.0, 6.0).mean((2, 3)))
+
+
+def test_torch_export_fallback_keeps_layers():
+    model = ShapeBranch().eval()
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.raises(Exception):
+        torch.fx.symbolic_trace(model)
+    graph = capture(model, [x])
+    modules = {n.module_path: n.type for n in graph if n.kind == NodeKind.MODULE}
+    assert modules == {"conv": nn.Conv2d, "fc": nn.Linear}
+    hardtanh = next(n for n in graph if "hardtanh" in n.name)
+    assert hardtanh.framework_attr["min_val"] == 0.0  # schema names, for layer filters
+    assert torch.allclose(build_module(graph)(x), model(x), atol=1e-6)
+
+
+class ValueBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = ValueBranch()
+
+    def forward(self, x):
+        return self.gate(x) * 2
+
+
+def test_uncapturable_model_error_names_module_and_construct():
+    with pytest.raises(CaptureError) as info:
+        capture(Wrapper(), [torch.randn(2, 3)])
+    message = str(info.value)
+    assert "ValueBranch.forward" in message and "if x.sum() > 0" in message
+    assert "torch.where" in message  # says what to do
+
+
+def test_model_that_fails_on_the_inputs():
+    with pytest.raises(CaptureError, match="failed to run on the representative inputs"):
+        capture(nn.Linear(4, 2), [torch.randn(2, 3)])
