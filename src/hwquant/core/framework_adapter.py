@@ -25,7 +25,97 @@ class BatchNormParams:
     eps: float
 
 
-class FrameworkAdapter(Protocol):
+# ------------------------------------------------------------------------------------------------
+# Facts and edits used by the graph corrections (hwquant.core.passes: collapsing, ReLU bound,
+# shift-negative correction, channel equalization, input scaling, bias correction).
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class LinearGeometry:
+    """How a kernel layer maps its input: a dense layer (acting on the last axis), a convolution or
+    a transposed convolution (channels at axis 1). Spatial fields have one entry per spatial dim."""
+
+    kind: str                                       # "dense" | "conv" | "conv_transpose"
+    in_channels: int
+    out_channels: int
+    kernel_size: Tuple[int, ...] = ()
+    stride: Tuple[int, ...] = ()
+    padding: Tuple[Tuple[int, int], ...] = ()       # (before, after) per spatial dim
+    dilation: Tuple[int, ...] = ()
+    groups: int = 1
+    padding_mode: str = "zeros"                     # "zeros" | "reflect" | "replicate" | "circular"
+
+    @property
+    def zero_padding(self) -> bool:
+        return self.padding_mode == "zeros"
+
+    @property
+    def is_dense(self) -> bool:
+        return self.kind == "dense"
+
+    @property
+    def is_conv(self) -> bool:
+        return self.kind == "conv"
+
+    @property
+    def has_padding(self) -> bool:
+        return any(lo or hi for lo, hi in self.padding)
+
+    @property
+    def is_pointwise(self) -> bool:
+        """A 1x1 convolution with stride 1 and no padding (or a dense layer)."""
+        return self.is_dense or (self.is_conv and all(k == 1 for k in self.kernel_size)
+                                 and all(s == 1 for s in self.stride) and not self.has_padding)
+
+
+@dataclass
+class ActivationInfo:
+    """An element-wise activation. `name` is canonical ('relu', 'relu6', 'hardtanh', 'leaky_relu',
+    'prelu', 'silu', 'gelu', 'hardswish', 'elu', 'mish', ...); `lower` / `upper` are the bounds its
+    output is clipped to (None: unbounded); `positive_homogeneous`: f(a * x) == a * f(x) for a > 0."""
+
+    name: str
+    lower: Optional[float] = None
+    upper: Optional[float] = None
+    positive_homogeneous: bool = False
+
+
+class CorrectionFacts(Protocol):
+    """What the graph corrections ask the framework adapter (part of FrameworkAdapter)."""
+
+    def linear_geometry(self, node: Node) -> Optional[LinearGeometry]:
+        """The geometry of a dense / convolution / transposed-convolution layer, else None."""
+
+    def set_linear_layer(self, node: Node, kernel: np.ndarray, bias: Optional[np.ndarray],
+                         geometry: Optional[LinearGeometry] = None) -> None:
+        """Give the node a fresh layer of its class with this kernel, bias (None: no bias) and
+        geometry (None: the node's own, with in/out channels taken from the kernel); updates the
+        node's weights, call target and framework attributes."""
+
+    def activation_info(self, node: Node) -> Optional[ActivationInfo]:
+        """The node's element-wise activation, or None if it is not one."""
+
+    def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
+        """Make the node a clipping activation (hardtanh) with these bounds."""
+
+    def is_add(self, node: Node) -> bool:
+        """Whether the node adds its two (distinct) input tensors, nothing else (no alpha)."""
+
+    def commutes_with_shift(self, node: Node) -> bool:
+        """f(x + c) == f(x) + c for any scalar c (layout ops, dropout, identity, max-pooling, ...)."""
+
+    def commutes_with_channel_scale(self, node: Node) -> bool:
+        """f(x * s) == f(x) * s for positive per-channel s along axis 1 (zero padding, pooling, ...)."""
+
+    def add_constant_node(self, name: str, input_name: str, value: float, output_shape: Any) -> Node:
+        """A new node computing input + value (not yet in any graph)."""
+
+    def pad_node(self, name: str, input_name: str, padding: Sequence[Tuple[int, int]], value: float,
+                 output_shape: Any) -> Node:
+        """A new node padding the spatial dims of its input ((before, after) per spatial dim, the
+        first spatial dim first) with a constant value."""
+
+
+class FrameworkAdapter(CorrectionFacts, Protocol):
     name: str
     fw_info: FrameworkInfo
 
@@ -51,3 +141,4 @@ class FrameworkAdapter(Protocol):
 
     def build(self, graph: Graph, quantized: bool) -> Any:
         """The framework model of `graph` (quantized: with the nodes' final quantization)."""
+

@@ -76,8 +76,9 @@ def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callabl
         except ValueError as e:
             raise ValueError(f"node '{name}': {e}") from e
 
-    batches = state.adapter.collect(state.graph, names, progress(data, desc="Statistics collection"), consume)
-    state.report["calibration_batches"] = batches
+    if names:
+        state.report["calibration_batches"] = state.adapter.collect(
+            state.graph, names, progress(data, desc="Statistics collection"), consume)
 
 
 def _fixed_range(cfg) -> Dict[str, float]:

@@ -15,6 +15,7 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.torch.attach import attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.correction_facts import PytorchCorrectionFacts  # graph-correction facts (core/passes)
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
@@ -38,7 +39,7 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
 )
 
 
-class PytorchAdapter:
+class PytorchAdapter(PytorchCorrectionFacts):
     name = "pytorch"
 
     def __init__(self, device: Optional[torch.device] = None, fw_info: FrameworkInfo = DEFAULT_PYTORCH_INFO):

@@ -61,7 +61,7 @@ class QuantizerFactory:
 
 
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
-                 extra_outputs: Sequence[str] = (), class_name: Optional[str] = None) -> fx.GraphModule:
+                 extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None) -> fx.GraphModule:
     """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
     quantized activation passes through a holder. With `extra_outputs`, the module returns
     `(model outputs, [tensors of those nodes])` (statistics collection)."""
@@ -113,7 +113,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
         return type(structure)(to_fx(v) for v in structure)
 
     result = to_fx(graph.outputs)
-    if extra_outputs:
+    if extra_outputs is not None:
         result = (result, [env[n] for n in extra_outputs])
     g.output(result)
     return fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))

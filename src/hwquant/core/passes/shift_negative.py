@@ -1,0 +1,249 @@
+"""Shift-negative activation correction (MCT's SNC).
+
+Activations such as SiLU / Swish, GELU, HardSwish, ELU, PReLU and LeakyReLU have a small negative
+tail (SiLU's minimum is about -0.28). A signed symmetric / power-of-two grid spends half its levels
+on that tail. When
+
+    stats.min < 0   and   |stats.min| / threshold <= shift_negative_ratio
+
+the activation's output is shifted by a constant c (the smallest point k * t / 2**n of the unsigned
+grid that is >= |min|), so the tensor becomes non-negative and is quantized on the unsigned grid
+with the same threshold t (twice the resolution); the following linear layer (a convolution or a
+dense layer, possibly behind ops that commute with a shift: reshape, flatten, dropout, max-pooling)
+absorbs the shift in its bias:
+
+    L(x + c) = L(x) + c * sum(W over all but the output axis)   =>   b' = b - c * sum(W, ...).
+
+If that layer zero-pads, its padding would see 0 instead of the shifted 0 (= c): the padding is
+moved into a new constant pad node (value c) in front of it and the layer pads no more (as MCT).
+The graph computes the same float function; `apply_shift_negative_correction` edits it as:
+
+    act -> [bypass ops] -> layer      becomes      act -> add(c) -> [bypass ops] -> [pad(c)] -> layer
+
+- the new add node takes over the activation's quantizer: the activation's config with
+  signedness UNSIGNED and params {threshold: t, signed: False}, or, with
+  `shift_negative_threshold_recalculation`, params recomputed from the shifted statistics;
+- the activation's own output is no longer quantized (it is fused into the add; MCT keeps it at
+  16 bits, i.e. near-float); it joins the add in a fused group;
+- statistics: the add node, the bypass ops and the pad node have new tensors; they are collected
+  again (one pass over `data`, for all corrected activations together) into `state.statistics`,
+  so every statistics entry describes the graph as it now is (bias correction then reads the
+  layer's shifted input mean), and the bypass ops' quantization parameters are recomputed from
+  them (they become unsigned).
+
+Runs after `compute_parameters` (it needs the activation's threshold), before bias correction.
+Acts per node, where the final config says shift_negative_activation_correction (copied from
+QuantizationConfig), for POWER_OF_TWO and SYMMETRIC activation quantizers (not UNIFORM, which
+already fits an asymmetric range, nor LUT), and skips activations whose output has several readers,
+is a model output, or does not reach a linear layer.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import math
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from hwquant.constants import SIGNED, THRESHOLD
+from hwquant.core.graph import Node
+from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
+from hwquant.core.passes.linear_collapsing import single_reader
+from hwquant.core.statistics import TensorStatistics
+from hwquant.tpc.enums import QuantizationMethod, Signedness
+
+if TYPE_CHECKING:  # pragma: no cover
+    from hwquant.core.pipeline import PipelineState
+
+log = logging.getLogger("hwquant.passes")
+
+# Canonical activation names (FrameworkAdapter.activation_info) with a small negative range.
+SNC_ACTIVATIONS = frozenset({"silu", "swish", "gelu", "hardswish", "elu", "celu", "selu", "mish", "prelu",
+                             "leaky_relu"})
+_SHIFTABLE_METHODS = (QuantizationMethod.POWER_OF_TWO, QuantizationMethod.SYMMETRIC)
+
+
+@dataclasses.dataclass
+class _Plan:
+    act: Node
+    bypass: List[Node]
+    layer: Node
+    shift: float
+    threshold: float
+
+
+def shift_value(minimum: float, threshold: float, n_bits: int) -> Optional[float]:
+    """The smallest point of the unsigned n-bit grid of `threshold` that is >= -minimum (None if
+    the grid has none)."""
+    lsb = threshold / 2 ** n_bits
+    k = math.ceil(-minimum / lsb - 1e-9)
+    k = max(k, 0)
+    while k * lsb < -minimum:  # guard the float division
+        k += 1
+    return None if k > 2 ** n_bits - 1 else k * lsb
+
+
+def _plan(state: "PipelineState", act: Node) -> Optional[_Plan]:
+    graph, adapter = state.graph, state.adapter
+    info = adapter.activation_info(act)
+    cfg = act.final_config
+    if info is None or info.name not in SNC_ACTIVATIONS or cfg is None:
+        return None
+    a = cfg.activation_quantization_cfg
+    if not (a.quantized and a.shift_negative_activation_correction and a.fixed_scale is None
+            and a.activation_quantization_method in _SHIFTABLE_METHODS):
+        return None
+    stats, t = state.statistics.get(act.name), a.activation_quantization_params.get(THRESHOLD)
+    if stats is None or stats.count == 0 or t is None:
+        return None
+    t = float(t)
+    if not stats.min < 0 or -stats.min / t > a.shift_negative_ratio:
+        return None
+    prev, node, bypass = act, single_reader(graph, act), []
+    while node is not None and node.inputs == [prev.name] and adapter.commutes_with_shift(node):
+        bypass.append(node)
+        prev, node = node, single_reader(graph, node)
+    if node is None or node.inputs != [prev.name]:
+        return None
+    g = adapter.linear_geometry(node)
+    if g is None or g.kind not in ("dense", "conv") or adapter.kernel_attr(node) not in node.weights \
+            or adapter.bias_attr(node) is None:
+        return None
+    shift = shift_value(stats.min, t, a.activation_n_bits)
+    if shift is None:
+        return None
+    return _Plan(act, bypass, node, shift, t)
+
+
+def _tpc_allows(state: "PipelineState", node: Node, n_bits: int) -> bool:
+    """Whether the TPC quantizes the new node's operator with the activation's bit width (MCT
+    requires it of the Add); True when there is no attached TPC."""
+    if state.fqc is None:
+        return True
+    qco = state.fqc.get_qco(node.type, node.framework_attr)
+    return any(o.enable_activation_quantization and o.activation_n_bits == n_bits
+               for o in qco.quantization_configurations)
+
+
+def _new_config(template: NodeQuantizationConfig, quantized: bool) -> NodeQuantizationConfig:
+    activation = copy.deepcopy(template.activation_quantization_cfg)
+    activation.enable_activation_quantization = quantized
+    activation.activation_quantization_params = {}
+    return NodeQuantizationConfig(activation, NodeWeightsQuantizationConfig(
+        min_threshold=template.weights_quantization_cfg.min_threshold), op_config=None)
+
+
+def _set_configs(node: Node, config: NodeQuantizationConfig, state: "PipelineState") -> None:
+    node.candidates = [config]
+    node.final_config = config.clone()
+    if state.fqc is not None:
+        node.opset = state.fqc.opset_of(node.type, node.framework_attr)
+
+
+def _padded_shape(shape: Any, padding) -> Any:
+    if not isinstance(shape, tuple) or len(shape) != 2 + len(padding):
+        return shape
+    return shape[:2] + tuple(d + lo + hi for d, (lo, hi) in zip(shape[2:], padding))
+
+
+def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
+    graph, adapter = state.graph, state.adapter
+    act, layer, c = plan.act, plan.layer, plan.shift
+    # 1. act -> add(c)
+    add = adapter.add_constant_node(graph.unique_name(f"{act.name}_shift"), act.name, c, act.output_shape)
+    add.module_path = act.module_path
+    add_cfg = _new_config(act.final_config, quantized=True)
+    add_cfg.activation_quantization_cfg.signedness = Signedness.UNSIGNED
+    add_cfg.activation_quantization_cfg.activation_quantization_params = {THRESHOLD: plan.threshold, SIGNED: False}
+    graph.insert_after(act, add)
+    _set_configs(add, add_cfg, state)
+    # 2. the layer absorbs the shift; a zero padding moves into a pad node of value c
+    g, pad = adapter.linear_geometry(layer), None
+    kernel_attr, bias_attr = adapter.kernel_attr(layer), adapter.bias_attr(layer)
+    w = layer.weights[kernel_attr]
+    out_axis = adapter.kernel_axes(layer)[0]
+    absorbed = c * np.asarray(w, np.float64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
+    bias = layer.weights.get(bias_attr)
+    new_bias = ((0.0 if bias is None else np.asarray(bias, np.float64)) - absorbed).astype(w.dtype)
+    if g.kind == "conv" and g.has_padding and g.zero_padding:
+        reader_of = graph.node(layer.inputs[0])
+        pad = adapter.pad_node(graph.unique_name(f"{layer.name}_pad"), reader_of.name, g.padding, c,
+                               _padded_shape(reader_of.output_shape, g.padding))
+        pad.module_path = layer.module_path
+        graph.insert_after(reader_of, pad)
+        _set_configs(pad, _new_config(act.final_config, quantized=False), state)
+        g = dataclasses.replace(g, padding=tuple((0, 0) for _ in g.padding))
+        adapter.set_linear_layer(layer, w, new_bias, g)
+    elif bias is None:
+        adapter.set_linear_layer(layer, w, new_bias)
+    else:
+        layer.set_weight(bias_attr, new_bias)
+    # 3. the activation's output is no longer quantized: it is fused into the add
+    for cfg in [*act.candidates, act.final_config]:
+        cfg.activation_quantization_cfg.enable_activation_quantization = False
+    for node in graph:
+        if node.fused_into == act.name:
+            node.fused_into = add.name
+    act.fused_into = add.name
+    group = next((grp for grp in state.fused_groups if act.name in grp), None)
+    if group is not None:
+        group.insert(group.index(act.name) + 1, add.name)
+    else:
+        state.fused_groups.append([act.name, add.name])
+    return add, pad
+
+
+def collect_statistics(state: "PipelineState", names: List[str], data: Iterable[List[Any]]) -> None:
+    """(Re)collect the statistics of `names` into state.statistics (one pass over `data`)."""
+    fresh = {n: TensorStatistics(channel_axis=1, per_channel=True) for n in names}
+
+    def consume(name: str, x: np.ndarray) -> None:
+        fresh[name].update(x)
+
+    if names:
+        state.adapter.collect(state.graph, names, data, consume)
+    state.statistics.update(fresh)
+
+
+def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[Any]]) -> int:
+    """Shift every eligible activation (see the module docstring); returns how many. `data` is the
+    representative data (iterated once more, only if something was shifted) to collect the
+    statistics of the new tensors. Needs the final configs' activation parameters."""
+    from hwquant.core.pipeline import set_activation_params, set_weights_params  # the pipeline imports the passes
+
+    adds, bypassed, pads, layers = [], [], [], []
+    for act in state.graph:
+        plan = _plan(state, act)
+        if plan is None:
+            continue
+        n_bits = act.final_config.activation_quantization_cfg.activation_n_bits
+        probe = state.adapter.add_constant_node("probe", act.name, plan.shift, act.output_shape)
+        if not _tpc_allows(state, probe, n_bits):
+            log.info("shift-negative correction skips '%s': the TPC does not quantize its Add with %d bits",
+                     act.name, n_bits)
+            continue
+        add, pad = _apply(state, plan)
+        adds.append(add)
+        pads += [pad] if pad is not None else []
+        bypassed += [n for n in plan.bypass if n.final_config is not None
+                     and n.final_config.activation_quantization_cfg.quantized]
+        layers.append(plan.layer)
+    if not adds:
+        return 0
+    collect_statistics(state, [n.name for n in adds + bypassed + pads], data)
+    for add in adds:
+        a = add.final_config.activation_quantization_cfg
+        if a.shift_negative_threshold_recalculation:
+            set_activation_params(add.final_config, state.statistics[add.name])
+            add.candidates = [add.final_config.clone()]
+    for node in bypassed:
+        set_activation_params(node.final_config, state.statistics[node.name])
+    for layer in layers:
+        bias_cfg = layer.final_config.weights_quantization_cfg.attrs.get(state.adapter.bias_attr(layer)) \
+            if layer.final_config is not None else None
+        if bias_cfg is not None and bias_cfg.enable_weights_quantization:
+            set_weights_params(layer.final_config, layer.weights)
+    return len(adds)
+

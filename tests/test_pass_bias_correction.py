@@ -1,0 +1,147 @@
+"""Weights bias correction: the mean output error caused by kernel quantization is removed."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from hwquant.core import quant_math
+from hwquant.core.candidates import select_base_configs
+from hwquant.core.config import CoreConfig, QuantizationConfig
+from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
+from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare, set_weights_params
+from hwquant.torch.adapter import PytorchAdapter
+from hwquant.torch.capture import capture
+from hwquant.tpc.platforms import get_target_platform_capabilities
+
+torch.manual_seed(0)
+
+
+def _state(model, batches, **qc):
+    graph = capture(model.eval(), batches[0])
+    state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), PytorchAdapter(),
+                          get_target_platform_capabilities())
+    prepare(state)
+    calibrate(state, batches)
+    select_base_configs(state.graph)
+    compute_parameters(state)
+    return state
+
+
+def _coarsen(node, bits=3):
+    """Few kernel bits, per tensor: a large, biased quantization error."""
+    wc = node.final_config.weights_quantization_cfg.attrs["weight"]
+    wc.weights_n_bits, wc.weights_per_channel_threshold = bits, False
+    set_weights_params(node.final_config, node.weights)
+
+
+def _quantized_kernel(node):
+    wc = node.final_config.weights_quantization_cfg.attrs["weight"]
+    axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
+    return quant_math.fake_quantize_with(wc.weights_quantization_method, wc.weights_n_bits,
+                                         wc.weights_quantization_params, node.weights["weight"], axis)
+
+
+def _layer(node, weight, bias):
+    layer = copy.deepcopy(node.call_target).eval()
+    layer.weight = nn.Parameter(torch.as_tensor(np.asarray(weight, np.float32)))
+    layer.bias = None if bias is None else nn.Parameter(torch.as_tensor(np.asarray(bias, np.float32)))
+    return layer
+
+
+def _mean_error(node, float_w, float_b, x):
+    """Per-channel mean over the data of (quantized-kernel layer - float layer)."""
+    with torch.no_grad():
+        q = _layer(node, _quantized_kernel(node), node.weights.get("bias"))(x)
+        f = _layer(node, float_w, float_b)(x)
+    dims = [d for d in range(q.ndim) if d != 1]
+    return (q - f).mean(dim=dims).numpy()
+
+
+@pytest.mark.parametrize("layer, shape, exact", [
+    (nn.Linear(6, 5), (64, 6), True),
+    (nn.Linear(6, 5, bias=False), (64, 6), True),
+    (nn.Conv2d(4, 6, 3), (8, 4, 7, 7), False),           # the windows see the borders less: not exact
+    (nn.Conv2d(6, 6, 3, groups=6), (8, 6, 7, 7), False),
+    (nn.Conv2d(4, 6, 3, groups=2, stride=2), (8, 4, 9, 9), False),
+    (nn.ConvTranspose2d(4, 6, 2, stride=2), (8, 4, 5, 5), True),
+    (nn.ConvTranspose2d(4, 6, 2, stride=2, groups=2), (8, 4, 5, 5), True),
+    (nn.Conv2d(4, 6, 3, padding=1), (8, 4, 7, 7), False)])
+def test_mean_output_error_of_the_layer_vanishes(layer, shape, exact):
+    offsets = torch.linspace(-1.0, 3.0, shape[1]).reshape([1, -1] + [1] * (len(shape) - 2))
+    batches = [[torch.randn(shape) + offsets] for _ in range(3)]
+    state = _state(nn.Sequential(layer), batches)
+    node = state.graph.node("_0")
+    _coarsen(node)
+    float_w, float_b = node.weights["weight"].copy(), node.weights.get("bias")
+    x = torch.cat([b[0] for b in batches])
+    before = _mean_error(node, float_w, float_b, x)
+    assert np.abs(before).max() > 1e-2
+    assert apply_bias_correction(state) == 1
+    assert node.weights["bias"].shape == ((5,) if isinstance(layer, nn.Linear) else (6,))
+    after = _mean_error(node, float_w, float_b, x)
+    if exact:  # every input value meets every tap equally often
+        assert np.abs(after).max() < 1e-4
+    else:
+        assert np.abs(after).mean() < 0.3 * np.abs(before).mean()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_quantized_model_mean_error_shrinks(seed):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval()
+    batches = [[torch.randn(32, 3, 9, 9) + 1.0] for _ in range(2)]
+    x = torch.cat([b[0] for b in batches])
+    errors = []
+    for correct in (False, True):
+        state = _state(copy.deepcopy(model), batches)
+        for name in ("_0", "_2"):
+            _coarsen(state.graph.node(name), bits=3)
+        if correct:
+            assert bias_correction_inputs(state.graph, state.adapter) == ["input_1", "_1"]
+            assert apply_bias_correction(state) == 2
+        with torch.no_grad():
+            q = state.adapter.build(state.graph, quantized=True)(x)
+        errors.append((q - model(x)).mean(dim=(0, 2, 3)).abs().mean().item())  # per-channel mean error
+    assert errors[1] < 0.5 * errors[0]
+
+
+def test_dense_layer_behind_flatten_needs_statistics_of_its_input():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 3 * 3, 2))
+    state = _state(model, [[torch.randn(4, 3, 5, 5)]])
+    assert "_2" in bias_correction_inputs(state.graph, state.adapter)
+    assert "_2" not in state.statistics  # the pipeline observes quantized outputs only (Flatten: not quantized)
+    assert apply_bias_correction(state) == 1  # the conv; the dense layer is skipped
+
+
+def test_flag_off_and_missing_statistics_leave_the_bias_alone():
+    batches = [[torch.randn(8, 6) + 1]]
+    state = _state(nn.Sequential(nn.Linear(6, 5)), batches, weights_bias_correction=False)
+    _coarsen(state.graph.node("_0"))
+    bias = state.graph.node("_0").weights["bias"].copy()
+    assert apply_bias_correction(state) == 0
+    assert np.array_equal(state.graph.node("_0").weights["bias"], bias)
+    # per-node switch (what a network-editor rule edits)
+    state = _state(nn.Sequential(nn.Linear(6, 5)), batches)
+    _coarsen(state.graph.node("_0"))
+    state.graph.node("_0").final_config.weights_quantization_cfg.weights_bias_correction = False
+    assert apply_bias_correction(state) == 0
+    # a dense layer on a 3-D input: the statistics' channels (axis 1) are not its features
+    state = _state(nn.Sequential(nn.Linear(6, 5)), [[torch.randn(4, 6, 6) + 1]])
+    _coarsen(state.graph.node("_0"))
+    assert apply_bias_correction(state) == 0
+    # no statistics of the input
+    state = _state(nn.Sequential(nn.Linear(6, 5)), batches)
+    _coarsen(state.graph.node("_0"))
+    state.statistics.clear()
+    assert apply_bias_correction(state) == 0
+
+
+def test_output_mean_shift_of_a_grouped_conv_reads_each_groups_channels():
+    from hwquant.core.framework_adapter import LinearGeometry
+    err = np.zeros((4, 2, 1, 1))
+    err[3, 1] = 1.0  # output 3 is in group 1 (channels 2, 3): it reads channel 3
+    g = LinearGeometry("conv", 4, 4, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), groups=2)
+    assert np.allclose(output_mean_shift(err, g, np.array([1.0, 2.0, 3.0, 4.0])), [0, 0, 0, 4.0])

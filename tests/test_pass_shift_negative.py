@@ -1,0 +1,178 @@
+"""Shift-negative correction: a shifted, unsigned activation, with the shift absorbed downstream."""
+import operator
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hwquant.constants import SIGNED, THRESHOLD
+from hwquant.core.candidates import select_base_configs
+from hwquant.core.config import CoreConfig, QuantizationConfig
+from hwquant.core.passes.shift_negative import apply_shift_negative_correction, shift_value
+from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
+from hwquant.torch.adapter import PytorchAdapter
+from hwquant.torch.builder import build_module
+from hwquant.torch.capture import capture
+from hwquant.tpc.enums import Signedness
+from hwquant.tpc.platforms import get_target_platform_capabilities
+
+torch.manual_seed(0)
+
+
+def _state(model, batches, tpc=None, **qc):
+    qc.setdefault("shift_negative_ratio", 0.3)
+    graph = capture(model.eval(), batches[0])
+    state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), PytorchAdapter(),
+                          tpc or get_target_platform_capabilities())
+    prepare(state)
+    calibrate(state, batches)
+    select_base_configs(state.graph)
+    compute_parameters(state)
+    return state
+
+
+def _batches(shape, n=3, scale=3.0):
+    return [[scale * torch.randn(shape)] for _ in range(n)]
+
+
+def _adds(graph):
+    return [n for n in graph if n.type is operator.add and isinstance(n.call_args[1], float)]
+
+
+def test_shift_value_is_the_first_unsigned_grid_point_covering_the_minimum():
+    assert shift_value(-0.27, 4.0, 8) == pytest.approx(0.28125)  # lsb 1/64: 18 * lsb
+    assert shift_value(-0.25, 4.0, 8) == 0.25                    # on the grid already
+    assert shift_value(-5.0, 4.0, 8) is None
+
+
+@pytest.mark.parametrize("second", [nn.Conv2d(8, 4, 3, padding=1), nn.Conv2d(8, 4, 3), nn.Conv2d(8, 8, 3, padding=2,
+                                    groups=8, dilation=2), nn.Conv2d(8, 4, 3, padding=1, padding_mode="reflect"),
+                                    nn.Conv2d(8, 4, 1, bias=False)])
+@pytest.mark.parametrize("act", [nn.SiLU(), nn.Hardswish(), nn.GELU(), nn.LeakyReLU(0.02), nn.PReLU(8, 0.05)])
+def test_float_model_unchanged_and_shifted_statistics_non_negative(second, act):
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), act, second).eval()
+    batches = _batches((4, 3, 8, 8))
+    state = _state(model, batches)
+    silu = state.graph.node("_1")
+    t = silu.final_config.activation_quantization_cfg.activation_quantization_params[THRESHOLD]
+    before = state.statistics["_1"]
+    if -before.min / t > 0.3:
+        pytest.skip("negative tail too large for this draw")
+    assert apply_shift_negative_correction(state, batches) == 1
+    (add,) = _adds(state.graph)
+    c = add.call_args[1]
+    assert c >= -before.min and state.graph.successors(silu) == [add]
+    # the float function is unchanged
+    x = torch.cat([b[0] for b in batches])
+    with torch.no_grad():
+        assert torch.allclose(build_module(state.graph)(x), model(x), atol=1e-4)
+    # the add carries the activation's quantizer, unsigned with the same threshold; the activation is fused into it
+    a = add.final_config.activation_quantization_cfg
+    assert a.quantized and a.signedness == Signedness.UNSIGNED
+    assert a.activation_quantization_params == {THRESHOLD: t, SIGNED: False}
+    assert not silu.final_config.activation_quantization_cfg.quantized and silu.fused_into == add.name
+    assert any(add.name in g and silu.name in g for g in state.fused_groups)
+    # statistics of the shifted tensor
+    after = state.statistics[add.name]
+    assert after.min >= 0 and after.min == pytest.approx(before.min + c, abs=1e-5)
+    assert after.max == pytest.approx(before.max + c, abs=1e-5)
+    assert np.allclose(after.channel_mean, before.channel_mean + c, atol=1e-5)
+    # a zero-padding layer reads a pad node (value c) and pads no more
+    layer = state.graph.node("_2")
+    if second.padding != (0, 0) and second.padding_mode == "zeros":
+        pad = state.graph.node(layer.inputs[0])
+        assert pad.type is F.pad and pad.call_kwargs["value"] == c and layer.call_target.padding == (0, 0)
+    # the layer's input (the add, or the pad node) has statistics: bias correction can read its mean
+    assert layer.inputs[0] in state.statistics
+    # the quantized model builds and runs
+    with torch.no_grad():
+        assert state.adapter.build(state.graph, quantized=True)(x).shape == model(x).shape
+
+
+def test_threshold_recalculation_uses_the_shifted_statistics():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.SiLU(), nn.Conv2d(8, 4, 3, padding=1))
+    batches = _batches((4, 3, 8, 8))
+    state = _state(model, batches, shift_negative_threshold_recalculation=True)
+    assert apply_shift_negative_correction(state, batches) == 1
+    (add,) = _adds(state.graph)
+    params = add.final_config.activation_quantization_cfg.activation_quantization_params
+    assert params[SIGNED] is False and params[THRESHOLD] >= state.statistics[add.name].max / 2
+
+
+def test_shift_resolution_gain_reduces_the_activation_quantization_error():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.SiLU(), nn.Conv2d(8, 4, 1)).eval()
+    batches = _batches((8, 3, 8, 8))
+    x = torch.cat([b[0] for b in batches])
+    errors = []
+    for snc in (False, True):
+        state = _state(model, batches)
+        for node in state.graph:  # keep the kernels float: measure the activation's quantization only
+            for wc in node.final_config.weights_quantization_cfg.attrs.values():
+                wc.enable_weights_quantization = False
+        if snc:
+            assert apply_shift_negative_correction(state, batches) == 1
+        with torch.no_grad():
+            errors.append(((state.adapter.build(state.graph, quantized=True)(x) - model(x)) ** 2).mean().item())
+    assert errors[1] < errors[0]
+
+
+class FlattenDense(nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4 * 4 * 4, 5, bias=bias)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(F.silu(self.conv(x)), 1))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_shift_passes_through_layout_ops_to_a_dense_layer(bias):
+    model = FlattenDense(bias).eval()
+    batches = _batches((4, 3, 6, 6))
+    state = _state(model, batches)
+    assert apply_shift_negative_correction(state, batches) == 1
+    x = torch.cat([b[0] for b in batches])
+    with torch.no_grad():
+        assert torch.allclose(build_module(state.graph)(x), model(x), atol=1e-4)
+    assert state.graph.node("fc").weights["bias"].shape == (5,)
+
+
+class TwoReaders(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 4, 1), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        y = F.silu(self.a(x))
+        return self.b(y) + self.c(y)
+
+
+class SiluOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3)
+
+    def forward(self, x):
+        return F.silu(self.a(x))
+
+
+@pytest.mark.parametrize("model, kw", [
+    (TwoReaders(), {}),
+    (SiluOutput(), {}),
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1)), {}),              # no negative range
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.Sigmoid(), nn.Conv2d(8, 4, 1)), {}),  # no linear reader
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.Conv2d(8, 4, 1)), {"shift_negative_ratio": 0.0}),
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.Conv2d(8, 4, 1)),
+     {"shift_negative_activation_correction": False}),
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.Conv2d(8, 4, 1)),
+     {"tpc": get_target_platform_capabilities("pytorch", "qnnpack")}),                  # UNIFORM activations
+    (nn.Sequential(nn.Conv2d(3, 8, 3), nn.SiLU(), nn.ConvTranspose2d(8, 4, 2)), {}),    # transposed: not exact
+])
+def test_leaves_alone_what_it_must_not_touch(model, kw):
+    batches = _batches((2, 3, 6, 6))
+    state = _state(model, batches, **kw)
+    n = len(state.graph)
+    assert apply_shift_negative_correction(state, batches) == 0
+    assert len(state.graph) == n and not _adds(state.graph)
