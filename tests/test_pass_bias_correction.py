@@ -112,8 +112,8 @@ def test_dense_layer_behind_flatten_needs_statistics_of_its_input():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 3 * 3, 2))
     state = _state(model, [[torch.randn(4, 3, 5, 5)]])
     assert "_2" in bias_correction_inputs(state.graph, state.adapter)
-    assert "_2" not in state.statistics  # the pipeline observes quantized outputs only (Flatten: not quantized)
-    assert apply_bias_correction(state) == 1  # the conv; the dense layer is skipped
+    assert "_2" in state.statistics  # calibration observes it although the flatten is not quantized
+    assert apply_bias_correction(state) == 2  # the conv and the dense layer
 
 
 def test_flag_off_and_missing_statistics_leave_the_bias_alone():

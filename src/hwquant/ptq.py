@@ -55,6 +55,9 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     model = adapter.build(state.graph, quantized=True).eval()
     info = UserInformation()
     info.final_resource_utilization = compute_resource_utilization(state.graph, final_config, adapter)
+    scales = state.report.get("input_scale") or {}
+    if scales:
+        info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)
     log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
              graph.name, time.perf_counter() - start, len(state.fused_groups), state.report.get("folded_batch_norms", 0))
     return model, info

@@ -1,6 +1,8 @@
 """The one ordered pipeline every facade runs (PTQ; GPTQ, QAT and mixed precision start from it).
 
-    capture (framework) -> prepare -> calibrate -> parameters -> corrections -> finalize -> build
+    capture (framework) -> prepare (BN folding, ReLU bound, collapsing, candidates, fusing,
+    equalization, edits) -> calibrate -> select configs -> parameters -> corrections (input scaling,
+    shift-negative, bias correction) -> build (framework)
 
 Reading `run_ptq` tells the whole data flow; each stage lives in its own module.
 """
@@ -18,7 +20,14 @@ from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, NodeKind
 from hwquant.core.node_config import NodeQuantizationConfig
 from hwquant.core.params import activation_quantization_params, weights_quantization_params
+from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs
 from hwquant.core.passes.bn_folding import fold_batch_norms
+from hwquant.core.passes.channel_equalization import batch_norm_priors, equalize_activation_channels
+from hwquant.core.passes.input_scaling import apply_input_scaling, check_input_scaling
+from hwquant.core.passes.linear_collapsing import collapse_linear_layers
+from hwquant.core.passes.relu_bound import bound_relus_to_power_of_2
+from hwquant.core.passes.residual_collapsing import collapse_residuals
+from hwquant.core.passes.shift_negative import apply_shift_negative_correction
 from hwquant.core.statistics import TensorStatistics
 from hwquant.core.tpc_overrides import apply_quantization_config_overrides
 from hwquant.constants import LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN
@@ -44,14 +53,26 @@ class PipelineState:
 
 def prepare(state: PipelineState) -> None:
     """Graph transformations, then each node's candidates from the TPC and the user's edits."""
-    qc = state.core_config.quantization_config
+    qc, g, adapter = state.core_config.quantization_config, state.graph, state.adapter
     state.tpc = apply_quantization_config_overrides(state.tpc, qc)
-    state.fqc = state.adapter.attach(state.tpc, qc.custom_tpc_opset_to_layer)
-    state.report["folded_batch_norms"] = fold_batch_norms(state.graph, state.adapter)
-    cand.assign_candidates(state.graph, state.fqc, state.core_config, state.adapter)
-    state.fused_groups = cand.apply_fusing(state.graph, state.fqc)
-    cand.apply_network_editor(state.graph, state.core_config, final=False)
-    cand.apply_manual_bit_widths(state.graph, state.core_config, state.adapter)
+    state.fqc = adapter.attach(state.tpc, qc.custom_tpc_opset_to_layer)
+    # Equalization reads the batch-norms' gamma/beta, so it looks at them before they are folded.
+    priors = batch_norm_priors(g, adapter) if qc.activation_channel_equalization else {}
+    state.report["folded_batch_norms"] = fold_batch_norms(g, adapter)
+    if qc.relu_bound_to_power_of_2:
+        state.report["relu_bound"] = bound_relus_to_power_of_2(g, adapter)
+    if qc.linear_collapsing:
+        state.report["linear_collapsed"] = collapse_linear_layers(g, adapter)
+    if qc.residual_collapsing:
+        state.report["residual_collapsed"] = collapse_residuals(g, adapter, priors)
+    cand.assign_candidates(g, state.fqc, state.core_config, adapter)
+    state.fused_groups = cand.apply_fusing(g, state.fqc)
+    if qc.activation_channel_equalization:
+        state.report["equalized"] = equalize_activation_channels(g, adapter, priors)
+    cand.apply_network_editor(g, state.core_config, final=False)
+    cand.apply_manual_bit_widths(g, state.core_config, adapter)
+    if qc.input_scaling:
+        check_input_scaling(g, adapter)  # refuse before the long calibration pass
 
 
 def observed_nodes(graph: Graph) -> List[str]:
@@ -66,6 +87,8 @@ def _has_channels(node) -> bool:
 def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it) -> None:
     """One streaming pass over the representative data, collecting statistics of observed nodes."""
     names = observed_nodes(state.graph)
+    # Bias correction also reads the mean of some inputs that are not quantized (e.g. after a flatten).
+    names += [n for n in bias_correction_inputs(state.graph, state.adapter) if n not in names]
     # Per-channel figures (for bias correction, shift-negative, equalization) where there is a channel axis.
     state.statistics = {n: TensorStatistics(channel_axis=1, per_channel=_has_channels(state.graph.node(n)))
                         for n in names}
@@ -134,4 +157,10 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
     cand.select_base_configs(state.graph)
     cand.apply_network_editor(state.graph, state.core_config, final=True)
     compute_parameters(state)
+    qc = state.core_config.quantization_config
+    if qc.input_scaling:
+        state.report["input_scaled"] = apply_input_scaling(state)
+    if qc.shift_negative_activation_correction:
+        state.report["shift_negative"] = apply_shift_negative_correction(state, data)
+    state.report["bias_corrected"] = apply_bias_correction(state)
     return state
