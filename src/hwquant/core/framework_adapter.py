@@ -139,6 +139,12 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         """Run the (float or quantized) model of `graph` on `data`, calling consume(node, tensor)
         for every requested node's output of every batch; returns the number of batches."""
 
+    def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
+                           quantized: bool = False) -> int:
+        """Run the model of `graph` on `data` and add each batch of every node named in `statistics`
+        to its TensorStatistics (summarised on the framework side, for speed); returns the number
+        of batches."""
+
     def build(self, graph: Graph, quantized: bool) -> Any:
         """The framework model of `graph` (quantized: with the nodes' final quantization)."""
 

@@ -89,19 +89,16 @@ def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callabl
     names = observed_nodes(state.graph)
     # Bias correction also reads the mean of some inputs that are not quantized (e.g. after a flatten).
     names += [n for n in bias_correction_inputs(state.graph, state.adapter) if n not in names]
-    # Per-channel figures (for bias correction, shift-negative, equalization) where there is a channel axis.
-    state.statistics = {n: TensorStatistics(channel_axis=1, per_channel=_has_channels(state.graph.node(n)))
-                        for n in names}
+    collect_statistics(state, names, progress(data, desc="Statistics collection"))
 
-    def consume(name: str, x: np.ndarray) -> None:
-        try:
-            state.statistics[name].update(x)
-        except ValueError as e:
-            raise ValueError(f"node '{name}': {e}") from e
 
+def collect_statistics(state: PipelineState, names: List[str], data: Iterable[List[Any]]) -> None:
+    """(Re)collect the statistics of `names` into state.statistics: one pass over `data`. Per-channel
+    figures (for bias correction, shift-negative, equalization) wherever there is a channel axis."""
+    fresh = {n: TensorStatistics(channel_axis=1, per_channel=_has_channels(state.graph.node(n))) for n in names}
     if names:
-        state.report["calibration_batches"] = state.adapter.collect(
-            state.graph, names, progress(data, desc="Statistics collection"), consume)
+        state.report["calibration_batches"] = state.adapter.collect_statistics(state.graph, fresh, data)
+    state.statistics.update(fresh)
 
 
 def _fixed_range(cfg) -> Dict[str, float]:

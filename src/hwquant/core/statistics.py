@@ -23,11 +23,12 @@ Framework-free: numpy only.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
-__all__ = ["TensorStatistics"]
+__all__ = ["TensorStatistics", "BatchSummary", "summarize"]
 
 _CHUNK = 1 << 18  # elements per float64 chunk of the mean / variance pass (2 MiB)
 _MIN_REL_WIDTH = 2.0 ** -40  # bins no narrower than this times max|x| (keeps |x| / w far from int64 limits)
@@ -92,53 +93,36 @@ class TensorStatistics:
     # ------------------------------------------------------------------------------------------- update
     def update(self, x) -> "TensorStatistics":
         """Add one batch (array-like, batch first). NaN or inf raise ValueError. Returns self."""
-        x = np.asarray(x)
-        if x.dtype.kind not in "fiub":
-            raise ValueError(f"activation statistics need a numeric array, got dtype {x.dtype}")
-        if x.dtype.kind != "f" or x.dtype.itemsize < 4:
-            x = x.astype(np.float32)
-        if x.size == 0:
-            return self
-        axes = None
-        if self.per_channel:
-            if x.ndim == 0 or not -x.ndim <= self.channel_axis < x.ndim:
-                raise ValueError(f"channel_axis {self.channel_axis} is out of range for an activation of "
-                                 f"shape {x.shape}")
-            ax = self.channel_axis % x.ndim
-            axes = tuple(d for d in range(x.ndim) if d != ax)
-            c_min, c_max = np.min(x, axis=axes), np.max(x, axis=axes)
-            lo, hi = float(np.min(c_min)), float(np.max(c_max))
-        else:
-            lo, hi = float(np.min(x)), float(np.max(x))
+        return self.add(summarize(x, self))
+
+    def add(self, batch: "BatchSummary") -> "TensorStatistics":
+        """Add one batch given as its summary (what `summarize`, or a framework's own faster
+        summariser, computes). NaN or inf raise ValueError, leaving the statistics unchanged."""
+        lo, hi = batch.min, batch.max
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError("the activation contains NaN or inf values "
-                             f"(batch of shape {x.shape}, min={lo}, max={hi})")
+                             f"(batch of shape {batch.shape}, min={lo}, max={hi})")
+        if batch.count == 0:
+            return self
         if self.per_channel:
-            c_sum = np.add.reduce(x, axis=axes, dtype=np.float64)
+            if batch.channel_min is None:
+                raise ValueError("per-channel statistics need per-channel batch summaries")
             if self._ch_min is None:
-                self._ch_min, self._ch_max, self._ch_sum = (c_min.astype(np.float64), c_max.astype(np.float64),
-                                                            c_sum)
+                self._ch_min, self._ch_max = (np.asarray(batch.channel_min, np.float64).copy(),
+                                              np.asarray(batch.channel_max, np.float64).copy())
+                self._ch_sum = np.asarray(batch.channel_sum, np.float64).copy()
             else:
-                if c_min.shape != self._ch_min.shape:
-                    raise ValueError(f"the batch has {c_min.shape[0]} channels along axis {self.channel_axis}, "
-                                     f"earlier batches had {self._ch_min.shape[0]}")
-                np.minimum(self._ch_min, c_min, out=self._ch_min)
-                np.maximum(self._ch_max, c_max, out=self._ch_max)
-                self._ch_sum += c_sum
-            self._ch_count += x.size // c_min.shape[0]
-        flat = x.reshape(-1)  # (a copy only when x is not contiguous)
-        self._update_moments(flat)
-        self._update_histogram(flat, lo, hi)
+                if batch.channel_min.shape != self._ch_min.shape:
+                    raise ValueError(f"the batch has {batch.channel_min.shape[0]} channels along axis "
+                                     f"{self.channel_axis}, earlier batches had {self._ch_min.shape[0]}")
+                np.minimum(self._ch_min, batch.channel_min, out=self._ch_min)
+                np.maximum(self._ch_max, batch.channel_max, out=self._ch_max)
+                self._ch_sum += batch.channel_sum
+            self._ch_count += batch.count // batch.channel_min.shape[0]
+        self._combine(batch.count, batch.mean, batch.m2)
+        self._update_histogram(np.asarray(batch.sample), lo, hi)
         self._min, self._max = min(self._min, lo), max(self._max, hi)
         return self
-
-    def _update_moments(self, flat: np.ndarray) -> None:
-        for i in range(0, flat.size, _CHUNK):
-            c = flat[i:i + _CHUNK].astype(np.float64)
-            n = c.size
-            m = float(c.sum()) / n
-            c -= m
-            self._combine(n, m, float(np.einsum("i,i->", c, c)))  # (BLAS dot is slow under thread contention)
 
     def _combine(self, n: int, mean: float, m2: float) -> None:
         total = self._count + n
@@ -147,9 +131,13 @@ class TensorStatistics:
         self._m2 += m2 + delta * delta * self._count * n / total
         self._count = total
 
+    def sample_indices(self, size: int) -> Optional[np.ndarray]:
+        """Indices of the values of a `size`-value batch that go into the histogram (None: all)."""
+        if size <= self.max_hist_samples_per_batch:
+            return None
+        return self._rng.integers(0, size, self.max_hist_samples_per_batch)
+
     def _update_histogram(self, flat: np.ndarray, lo: float, hi: float) -> None:
-        if flat.size > self.max_hist_samples_per_batch:
-            flat = flat[self._rng.integers(0, flat.size, self.max_hist_samples_per_batch)]
         self._cover(lo, hi)
         g = _exact_bins(flat, self._w) - self._start
         self._counts += np.bincount(g, minlength=self.n_bins)
@@ -339,3 +327,57 @@ class TensorStatistics:
             return "TensorStatistics(empty)"
         return (f"TensorStatistics(count={self._count}, min={self._min:.6g}, max={self._max:.6g}, "
                 f"mean={self.mean:.6g}, std={self.std:.6g}, n_bins={self.n_bins}, bin_width={self._w:.3g})")
+
+
+@dataclass
+class BatchSummary:
+    """What the statistics keep of one batch: exact extremes and moments, per-channel figures
+    (when collected), and the values that go into the histogram."""
+
+    count: int
+    min: float
+    max: float
+    mean: float
+    m2: float  # sum of squared deviations from the batch mean
+    sample: np.ndarray
+    channel_min: Optional[np.ndarray] = None
+    channel_max: Optional[np.ndarray] = None
+    channel_sum: Optional[np.ndarray] = None
+    shape: tuple = ()
+
+
+def summarize(x, stats: TensorStatistics) -> BatchSummary:
+    """The numpy summary of a batch for `stats` (its channel axis, per-channel flag, subsampling)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fiub":
+        raise ValueError(f"activation statistics need a numeric array, got dtype {x.dtype}")
+    if x.dtype.kind != "f" or x.dtype.itemsize < 4:
+        x = x.astype(np.float32)
+    if x.size == 0:
+        return BatchSummary(0, math.inf, -math.inf, 0.0, 0.0, np.zeros(0, np.float32), shape=x.shape)
+    ch = None
+    if stats.per_channel:
+        if x.ndim == 0 or not -x.ndim <= stats.channel_axis < x.ndim:
+            raise ValueError(f"channel_axis {stats.channel_axis} is out of range for an activation of "
+                             f"shape {x.shape}")
+        ax = stats.channel_axis % x.ndim
+        axes = tuple(d for d in range(x.ndim) if d != ax)
+        ch = (np.min(x, axis=axes), np.max(x, axis=axes))
+        lo, hi = float(np.min(ch[0])), float(np.max(ch[1]))
+    else:
+        lo, hi = float(np.min(x)), float(np.max(x))
+    if not (math.isfinite(lo) and math.isfinite(hi)):  # report before the moments overflow
+        return BatchSummary(x.size, lo, hi, 0.0, 0.0, np.zeros(0, np.float32), shape=x.shape)
+    flat = x.reshape(-1)
+    mean = float(np.add.reduce(flat, dtype=np.float64)) / flat.size
+    m2 = 0.0
+    for i in range(0, flat.size, _CHUNK):  # float64 chunks keep memory bounded
+        c = flat[i:i + _CHUNK].astype(np.float64) - mean
+        m2 += float(np.einsum("i,i->", c, c))  # (BLAS dot is slow under thread contention)
+    idx = stats.sample_indices(flat.size)
+    sample = flat if idx is None else flat[idx]
+    summary = BatchSummary(flat.size, lo, hi, mean, m2, sample, shape=x.shape)
+    if ch is not None:
+        summary.channel_min, summary.channel_max = ch
+        summary.channel_sum = np.add.reduce(x, axis=axes, dtype=np.float64)
+    return summary

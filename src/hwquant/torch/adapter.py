@@ -15,6 +15,7 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.torch.attach import attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.statistics import summarize_tensor
 from hwquant.torch.correction_facts import PytorchCorrectionFacts  # graph-correction facts (core/passes)
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -73,15 +74,46 @@ class PytorchAdapter(PytorchCorrectionFacts):
     def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)
 
+    def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool) -> torch.nn.Module:
+        model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
+        model = model.to(self.device).eval()
+        if _has_conv2d(model):  # channels-last convolutions are much faster on CPU
+            model = model.to(memory_format=torch.channels_last)
+        return model
+
+    @torch.no_grad()
+    def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
+                           quantized: bool = False) -> int:
+        """Add every batch's summary of each node's output to `statistics[node]`."""
+        names = list(statistics)
+        model = self._observer(graph, names, quantized)
+        batches = 0
+        for batch in data:
+            _, tensors = model(*[_channels_last(t) for t in batch])
+            for name, t in zip(names, tensors):
+                try:
+                    statistics[name].add(summarize_tensor(t, statistics[name]))
+                except ValueError as e:
+                    raise ValueError(f"node '{name}': {e}") from e
+            batches += 1
+        return batches
+
     @torch.no_grad()
     def collect(self, graph: Graph, node_names: Sequence[str], data: Iterable[List[Any]],
                 consume: Callable[[str, np.ndarray], None], quantized: bool = False) -> int:
-        model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
-        model = model.to(self.device).eval()
+        model = self._observer(graph, node_names, quantized)
         batches = 0
         for batch in data:
-            _, tensors = model(*batch)
+            _, tensors = model(*[_channels_last(t) for t in batch])
             for name, t in zip(node_names, tensors):
                 consume(name, t.detach().float().cpu().numpy())
             batches += 1
         return batches
+
+
+def _has_conv2d(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def _channels_last(t: Any) -> Any:
+    return t.contiguous(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t

@@ -195,23 +195,11 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     return add, pad
 
 
-def collect_statistics(state: "PipelineState", names: List[str], data: Iterable[List[Any]]) -> None:
-    """(Re)collect the statistics of `names` into state.statistics (one pass over `data`)."""
-    fresh = {n: TensorStatistics(channel_axis=1, per_channel=True) for n in names}
-
-    def consume(name: str, x: np.ndarray) -> None:
-        fresh[name].update(x)
-
-    if names:
-        state.adapter.collect(state.graph, names, data, consume)
-    state.statistics.update(fresh)
-
-
 def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[Any]]) -> int:
     """Shift every eligible activation (see the module docstring); returns how many. `data` is the
     representative data (iterated once more, only if something was shifted) to collect the
     statistics of the new tensors. Needs the final configs' activation parameters."""
-    from hwquant.core.pipeline import set_activation_params, set_weights_params  # the pipeline imports the passes
+    from hwquant.core.pipeline import collect_statistics, set_activation_params, set_weights_params  # (circular at import time)
 
     adds, bypassed, pads, layers = [], [], [], []
     for act in state.graph:
