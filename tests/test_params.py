@@ -335,3 +335,14 @@ def test_lut_kmeans_is_optimal_in_1d():
         assert sse(c) <= sse(start) + 1e-9
     big = np.arange(2000.0)
     assert lut_kmeans_1d(big, np.ones(2000), 8).size == 8  # Lloyd path for many values
+
+
+def test_kl_never_squeezes_the_range_below_the_grid_resolution():
+    """Regression: a tiny threshold that clips everything into two bins made Q equal P (KL ~ 0)."""
+    rng = np.random.default_rng(3)
+    x = (rng.laplace(size=(64, 16, 8, 8)) * 0.7).astype(np.float32)
+    s = TensorStatistics(per_channel=False)
+    s.update(x)
+    for method in (Q.POWER_OF_TWO, Q.SYMMETRIC):
+        t = activation_quantization_params(method, 8, E.KL, s)[THRESHOLD]
+        assert t >= 0.1 * float(np.abs(x).max()), (method, t)

@@ -191,7 +191,11 @@ def _kl_errors(c: np.ndarray, h: np.ndarray, params: Sequence[np.ndarray], make:
             pn, qn = p_hist / np.where(p_tot > 0, p_tot, 1.0), q_hist / np.where(q_tot > 0, q_tot, 1.0)
             terms = np.where(ok, pn * np.log(np.where(ok, pn, 1.0) / np.where(ok, qn, 1.0)), 0.0)
         kl = terms.sum(axis=1)
-        out[r0:r1] = np.where(any_in, np.maximum(kl, 0.0), np.inf).reshape(r, T)
+        # Q must be a coarsening of P: a range spanning fewer bins than the grid has levels (e.g. a
+        # tiny threshold that squeezes everything into two clipped bins) would score a spurious ~0.
+        levels = min(grid.qmax - grid.qmin + 1, B // 2)
+        wide_enough = (~(below | above)).sum(axis=1) >= levels
+        out[r0:r1] = np.where(any_in & wide_enough, np.maximum(kl, 0.0), np.inf).reshape(r, T)
     return out
 
 
