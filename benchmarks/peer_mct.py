@@ -1,0 +1,119 @@
+"""Peer runner: Sony MCT 2.6.1 post-training quantization, run in its own virtualenv.
+
+    .venv-mct/bin/python benchmarks/peer_mct.py --model mobilenet_v2 --data in.pt --out out.pt \
+        [--variant default|w4|mp|gptq] [--weights-ratio 0.75] [--gptq-epochs 5] [--batch 32]
+
+--data is a torch file {"calib": N x ..., "eval": M x ..., "extra": {name: tensor}} written by
+benchmarks/run_ptq.py; --out receives {"eval_logits", "extra_logits", "ptq_seconds", ...}.
+Models: "mobilenet_v2" (benchmarks/models.py + real weights) or a Fashion-MNIST model name, loaded
+from the state dict cached by benchmarks.models.trained_fashion_model.
+Variants (kept so later benchmarks can compare against MCT's other modes):
+  default  mct.ptq.pytorch_post_training_quantization(model, rep_gen), default TPC
+  w4       same, with every Conv2d/Linear kernel forced to 4 bits (BitWidthConfig), 8-bit activations
+  mp       mixed precision: target weights memory = --weights-ratio x the 8-bit weights memory
+  gptq     mct.gptq.pytorch_gradient_post_training_quantization, --gptq-epochs epochs
+Only the quantization call itself is timed.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # repo root, for benchmarks.*
+
+
+def import_mct():
+    # MCT imports torchvision; PyPI's torchvision is built for CUDA torch and its C++ ops fail to
+    # load on the CPU wheel ("operator torchvision::nms does not exist") unless the two operator
+    # schemas are declared first. Only torchvision's pure-Python parts are used.
+    lib = torch.library.Library("torchvision", "DEF")
+    lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+    import_mct.keepalive = lib  # the schemas live as long as the Library object
+    import model_compression_toolkit as mct
+    return mct
+
+
+def build_model(name: str) -> torch.nn.Module:
+    from benchmarks import models
+    if name == "mobilenet_v2":
+        return models.mobilenet_v2_pretrained()
+    return models.load_cached_fashion_model(name)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", default="default", choices=["default", "w4", "mp", "gptq"])
+    ap.add_argument("--weights-ratio", type=float, default=0.75)
+    ap.add_argument("--gptq-epochs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    random.seed(args.seed), np.random.seed(args.seed), torch.manual_seed(args.seed)
+    mct = import_mct()
+    data = torch.load(args.data, weights_only=True)
+    calib = data["calib"]
+    model = build_model(args.model)
+
+    def rep_gen():  # one list per batch, one tensor per model input
+        for i in range(0, len(calib), args.batch):
+            yield [calib[i:i + args.batch]]
+
+    extra_info = {}
+    if args.variant in ("default", "w4", "mp"):
+        kwargs = {}
+        if args.variant == "w4":
+            bw = mct.core.BitWidthConfig()
+            nf = mct.core.network_editor.NodeTypeFilter
+            bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], 4, "weight")
+            kwargs["core_config"] = mct.core.CoreConfig(bit_width_config=bw)
+        elif args.variant == "mp":
+            # Target = ratio x the weights memory at the TPC's largest (8-bit) candidates; this
+            # measurement is not part of the timed PTQ call but is reported alongside it.
+            t0 = time.perf_counter()
+            ru = mct.core.pytorch_resource_utilization_data(model, rep_gen)
+            extra_info["ru_data_seconds"] = time.perf_counter() - t0
+            extra_info["weights_memory_8bit"] = float(ru.weights_memory)
+            kwargs["target_resource_utilization"] = mct.core.ResourceUtilization(
+                weights_memory=ru.weights_memory * args.weights_ratio)
+        t0 = time.perf_counter()
+        qmodel, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, **kwargs)
+        seconds = time.perf_counter() - t0
+    else:
+        cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=args.gptq_epochs)
+        t0 = time.perf_counter()
+        qmodel, _ = mct.gptq.pytorch_gradient_post_training_quantization(model, rep_gen, gptq_config=cfg)
+        seconds = time.perf_counter() - t0
+
+    qmodel.eval()
+
+    @torch.no_grad()
+    def predict(x):
+        return torch.cat([qmodel(x[i:i + 64]) for i in range(0, len(x), 64)]).float().cpu()
+
+    out = {
+        "tool": f"MCT {mct.__version__}",
+        "variant": args.variant,
+        "ptq_seconds": seconds,
+        "eval_logits": predict(data["eval"]),
+        "extra_logits": {k: predict(v) for k, v in data.get("extra", {}).items()},
+        **extra_info,
+    }
+    torch.save(out, args.out)
+    print(f"MCT {mct.__version__} {args.variant} on {args.model}: quantization {seconds:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv-mct: Sony MCT 2.6.1, the peer our PTQ is measured against, in its own virtualenv
+# (its pinned dependencies must not touch .venv). Idempotent: a complete venv is a fast no-op.
+# ONNX Runtime, the other peer, lives in .venv (scripts/fetch_assets.sh installs it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+VENV=.venv-mct
+VPY=$VENV/bin/python
+
+if [ ! -x "$VPY" ]; then
+    "$PY" -m venv "$VENV"
+    "$VPY" -m pip install --quiet --upgrade pip >/dev/null
+fi
+# CPU torch first, from the local wheel: otherwise MCT's dependency resolution pulls CUDA torch.
+if ! "$VPY" -c "import torch" 2>/dev/null; then
+    wheel=$(ls /opt/wheels/torch-*.whl 2>/dev/null | head -n 1 || true)
+    "$VPY" -m pip install --quiet "${wheel:-torch}"
+fi
+if ! "$VPY" -c "import importlib.metadata as m; assert m.version('model-compression-toolkit') == '2.6.1'" 2>/dev/null; then
+    "$VPY" -m pip install --quiet model-compression-toolkit==2.6.1
+fi
+# torchvision: --no-deps so it cannot replace the CPU torch. PyPI's wheel is built for CUDA torch;
+# only its pure-Python part is usable, after declaring two operator schemas (see peer_mct.py).
+if ! "$VPY" -c "import importlib.metadata as m; assert m.version('torchvision') == '0.28.0'" 2>/dev/null; then
+    "$VPY" -m pip install --quiet --no-deps torchvision==0.28.0
+fi
+if ! "$VPY" -c "import PIL, numpy" 2>/dev/null; then
+    "$VPY" -m pip install --quiet pillow numpy
+fi
+echo "peer environment ready: $VENV"
