@@ -223,3 +223,16 @@ def test_unknown_tpc_operator_set():
     qc = mct.QuantizationConfig(custom_tpc_opset_to_layer={"MyFancyOp": ([F.adaptive_avg_pool2d], None)})
     q, _ = quantize(target_platform_capabilities=tpc, core_config=mct.CoreConfig(qc))
     assert isinstance(q, nn.Module)
+
+
+def test_model_outputs_are_not_clipped_by_default():
+    model = make_model()
+    with torch.no_grad():
+        peak = max(model(d).abs().max().item() for d in DATA)
+    q, _ = quantize(model)
+    assert q.fc_activation_holder.activation_holder_quantizer.params["threshold"] >= peak
+    # None: the output is treated like every other activation (MSE may clip it)
+    qc = mct.QuantizationConfig(output_activation_error_method=None, activation_error_method=mct.QuantizationErrorMethod.MAE)
+    q2, _ = quantize(model, core_config=mct.CoreConfig(qc))
+    assert q2.fc_activation_holder.activation_holder_quantizer.params["threshold"] <= \
+        q.fc_activation_holder.activation_holder_quantizer.params["threshold"]

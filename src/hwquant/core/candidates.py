@@ -47,6 +47,24 @@ def assign_candidates(graph: Graph, fqc: Any, core_config: CoreConfig, adapter: 
             qco = fqc.get_qco(node.type, node.framework_attr)
         options = [qco.base_config] + [o for o in qco.quantization_configurations if o != qco.base_config]
         node.candidates = [_make_candidate(node, op, core_config, adapter) for op in options]
+    output_method = core_config.quantization_config.output_activation_error_method
+    if output_method is not None:
+        for node in _output_producers(graph):
+            for c in node.candidates:
+                c.activation_quantization_cfg.activation_error_method = output_method
+
+
+def _output_producers(graph: Graph) -> List[Node]:
+    """The nodes whose quantizer gives a model output its range: the output nodes, or, through
+    operators that do not quantize (a flatten, a reshape), the node feeding them."""
+    found = []
+    for name in graph.output_names():
+        node = graph.node(name)
+        while (node.candidates and not node.candidates[0].activation_quantization_cfg.quantized
+               and len(node.inputs) == 1):
+            node = graph.node(node.inputs[0])
+        found.append(node)
+    return found
 
 
 def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:

@@ -199,6 +199,10 @@ class QuantizationConfig(ValidatedConfig):
                                                     _rule(lambda v: 0 <= v < math.inf,
                                                           "must be >= 0 and finite")] = 0.0
     custom_tpc_opset_to_layer: Optional[Any] = None
+    # hwquant's own: how the model's output tensors choose their range. Clipping an output's largest
+    # values changes the decisions taken on it (argmax, scores), which an MSE on the tensor does not
+    # weigh; None: like every other activation (activation_error_method).
+    output_activation_error_method: Optional[_QEM] = QuantizationErrorMethod.NOCLIPPING
     # Seed-only TPC overrides (None: take it from the TPC).
     activation_quantization_method: Optional[QMethod] = None
     weights_quantization_method: Optional[QMethod] = None

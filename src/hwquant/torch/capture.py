@@ -183,8 +183,9 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
                   "tensor operations (torch.where, masking), or move it outside the model's forward; "
                   "shape-dependent control flow is fine for torch.export.") from export_error
     try:
-        with torch.no_grad():
-            ShapeProp(gm).propagate(*example_inputs)
+        with torch.no_grad():  # shapes from a couple of samples: the traced graph does not depend on the batch size
+            ShapeProp(gm).propagate(*[x[:2] if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+                                      for x in example_inputs])
     except Exception as e:  # noqa: BLE001
         raise CaptureError(f"{name} failed to run on the representative inputs (shapes "
                            f"{[tuple(x.shape) for x in example_inputs]}): {type(e).__name__}: {e}") from e

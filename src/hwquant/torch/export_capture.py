@@ -89,7 +89,12 @@ def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
 
 
 def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
-    exported = torch.export.export(model, tuple(example_inputs))
+    try:  # a dynamic batch dimension, so later batches of another size still run
+        batch = torch.export.Dim("batch")
+        exported = torch.export.export(model, tuple(example_inputs),
+                                       dynamic_shapes=tuple({0: batch} for _ in example_inputs))
+    except Exception:  # noqa: BLE001 - the model fixes its batch size: export it as it is
+        exported = torch.export.export(model, tuple(example_inputs))
     gm = exported.module()
     for node in list(gm.graph.nodes):  # drop the guard check torch.export inserts
         if node.op == "call_module" and str(node.target).startswith("_guards"):
