@@ -64,7 +64,11 @@ def load_model(name: str) -> torch.nn.Module:
 
 def run_ours(model, data, batch, seed) -> dict:
     """hwquant's PTQ, called exactly as a user would (MCT-compatible API)."""
-    if importlib.util.find_spec("hwquant.ptq") is None:
+    try:
+        available = importlib.util.find_spec("hwquant.ptq") is not None
+    except ModuleNotFoundError:  # hwquant itself not installed in this interpreter
+        available = False
+    if not available:
         return {"skipped": "hwquant.ptq not available yet"}
     import hwquant as mct
     calib = data["calib"]
@@ -73,10 +77,11 @@ def run_ours(model, data, batch, seed) -> dict:
         for i in range(0, len(calib), batch):
             yield [calib[i:i + batch]]
 
+    model = copy.deepcopy(model)  # our PTQ must not alter the float reference (outside the timing)
     seed_everything(seed)
     timing = {}
     with metrics.timed(timing):
-        qmodel, _info = mct.ptq.pytorch_post_training_quantization(copy.deepcopy(model), rep_gen)
+        qmodel, _info = mct.ptq.pytorch_post_training_quantization(model, rep_gen)
     qmodel.eval()
     return {"tool": "hwquant (ours)", "ptq_seconds": timing["seconds"],
             "eval_logits": metrics.predict(qmodel, data["eval"], 64).float(),

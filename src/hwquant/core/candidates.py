@@ -22,8 +22,10 @@ def _make_candidate(node: Node, op: OpQuantizationConfig, core_config: CoreConfi
                     adapter: FrameworkAdapter) -> NodeQuantizationConfig:
     qc = core_config.quantization_config
     activation = ActivationQuantizationConfig.from_tpc(op, qc)
-    if node.kind == NodeKind.CONSTANT:
-        activation.enable_activation_quantization = False  # constants stay float (simplification)
+    if node.kind == NodeKind.CONSTANT or not isinstance(node.output_shape, tuple):
+        # Constants stay float (simplification); a non-tensor output (a size, a tuple taken apart by
+        # getitem nodes, which are quantized themselves) has nothing to quantize.
+        activation.enable_activation_quantization = False
     axes = adapter.kernel_axes(node)
     kernel = adapter.kernel_attr(node)
     weights = NodeWeightsQuantizationConfig(simd_size=op.simd_size, min_threshold=qc.min_threshold,
