@@ -9,7 +9,6 @@ from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import progress
 from hwquant.tpc.platforms import get_target_platform_capabilities
-from hwquant.tpc.serialization import load_target_platform_capabilities
 
 log = logging.getLogger("hwquant.ptq")
 DEFAULT_PYTORCH_TPC = get_target_platform_capabilities()

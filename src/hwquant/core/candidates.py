@@ -6,7 +6,7 @@ inside fused groups; network-editor rules and manual bit widths are applied last
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import CoreConfig

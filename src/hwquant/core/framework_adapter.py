@@ -8,7 +8,7 @@ search, corrections, mixed precision) is written once in `hwquant.core` against 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
@@ -133,11 +133,6 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
 
     def bias_attr(self, node: Node) -> Optional[str]:
         """Name of the node's bias weight, or None if the node cannot carry one."""
-
-    def collect(self, graph: Graph, node_names: Sequence[str], data: Iterable[List[Any]],
-                consume: Callable[[str, np.ndarray], None], quantized: bool = False) -> int:
-        """Run the (float or quantized) model of `graph` on `data`, calling consume(node, tensor)
-        for every requested node's output of every batch; returns the number of batches."""
 
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
                            quantized: bool = False) -> int:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List
 
 import numpy as np
 
 from hwquant.core import candidates as cand
 from hwquant.core.config import CoreConfig
 from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph, NodeKind
+from hwquant.core.graph import Graph
 from hwquant.core.node_config import NodeQuantizationConfig
 from hwquant.core.params import activation_quantization_params, weights_quantization_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs

@@ -2,7 +2,7 @@
 FrameworkInfo."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -95,18 +95,6 @@ class PytorchAdapter(PytorchCorrectionFacts):
                     statistics[name].add(summarize_tensor(t, statistics[name]))
                 except ValueError as e:
                     raise ValueError(f"node '{name}': {e}") from e
-            batches += 1
-        return batches
-
-    @torch.no_grad()
-    def collect(self, graph: Graph, node_names: Sequence[str], data: Iterable[List[Any]],
-                consume: Callable[[str, np.ndarray], None], quantized: bool = False) -> int:
-        model = self._observer(graph, node_names, quantized)
-        batches = 0
-        for batch in data:
-            _, tensors = model(*[_channels_last(t) for t in batch])
-            for name, t in zip(node_names, tensors):
-                consume(name, t.detach().float().cpu().numpy())
             batches += 1
         return batches
 

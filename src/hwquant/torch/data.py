@@ -3,7 +3,7 @@ wrong, in which batch, how to fix it) before it can produce a silently broken mo
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch

@@ -14,7 +14,7 @@ from hwquant.errors import InvalidTPCError
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.tpc.layer_filters import LayerFilterParams
 from hwquant.tpc.legacy import to_tpc
-from hwquant.tpc.schema import QuantizationConfigOptions, TargetPlatformCapabilities
+from hwquant.tpc.schema import QuantizationConfigOptions
 
 # The attachment being filled inside `with fqc:` blocks (the older API registers implicitly).
 _ATTACH_STACK: List["FrameworkQuantizationCapabilities"] = []

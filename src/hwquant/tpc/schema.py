@@ -8,7 +8,6 @@ makes no sense (the error names the field and the rule), so every later stage ca
 from __future__ import annotations
 
 import math
-import pprint
 from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator

@@ -51,7 +51,6 @@ from hwquant.constants import SIGNED, THRESHOLD
 from hwquant.core.graph import Node
 from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
 from hwquant.core.passes.linear_collapsing import single_reader
-from hwquant.core.statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 if TYPE_CHECKING:  # pragma: no cover
