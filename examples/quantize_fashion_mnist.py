@@ -26,12 +26,12 @@ def main() -> None:
         for i in range(0, len(calibration), 64):
             yield [calibration[i:i + 64]]
 
-    for name in ("plain", "mobile"):
+    for name in ("plain_cnn", "mobile_cnn"):
         model = trained_fashion_model(name)
         start = time.perf_counter()
         quantized, _ = mct.ptq.pytorch_post_training_quantization(model, representative_data_gen)
         seconds = time.perf_counter() - start
-        print(f"Fashion-MNIST {name:6s} CNN: float {100 * accuracy(model, test_x, test_y):.2f} %, "
+        print(f"Fashion-MNIST {name:10s}: float {100 * accuracy(model, test_x, test_y):.2f} %, "
               f"W8A8 {100 * accuracy(quantized, test_x, test_y):.2f} % ({seconds:.1f} s)")
 
 
