@@ -236,3 +236,18 @@ def test_model_outputs_are_not_clipped_by_default():
     q2, _ = quantize(model, core_config=mct.CoreConfig(qc))
     assert q2.fc_activation_holder.activation_holder_quantizer.params["threshold"] <= \
         q.fc_activation_holder.activation_holder_quantizer.params["threshold"]
+
+
+def test_progress_bars_can_be_silenced_and_ptq_logs_to_the_log_folder(tmp_path, capsys):
+    from hwquant.logger import logger, progress
+    mct.set_progress_bars(False)
+    try:
+        assert progress([1, 2], desc="x").disable
+        path = mct.set_log_folder(tmp_path)
+        quantize()
+        for h in logger.handlers:
+            h.flush()
+        assert "post-training quantization of SmallNet" in path.read_text()
+        assert "Statistics collection" not in capsys.readouterr().err
+    finally:
+        mct.set_progress_bars(True)
