@@ -28,6 +28,9 @@ from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, Pytorc
 def run_one(tv, name: str) -> dict:
     torch.manual_seed(0)
     model = tv.models.get_model(name)
+    for m in model.modules():  # ViT heads start at zero: the float output would be all zeros
+        if isinstance(m, torch.nn.Linear) and not m.weight.any():
+            torch.nn.init.normal_(m.weight, std=0.02)
     size = 299 if name == "inception_v3" else 224
     with torch.no_grad():  # realistic batch-norm statistics for a randomly initialised model
         model.train()
