@@ -251,3 +251,35 @@ def test_progress_bars_can_be_silenced_and_ptq_logs_to_the_log_folder(tmp_path, 
         assert "Statistics collection" not in capsys.readouterr().err
     finally:
         mct.set_progress_bars(True)
+
+
+class TinyTransformer(nn.Module):
+    """Patch embedding, attention, layer norm, GELU MLP, class token and positional constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv2d(3, 16, 4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 16) * 0.1)
+        self.pos = nn.Parameter(torch.randn(1, 10, 16) * 0.1)
+        self.ln = nn.LayerNorm(16)
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(x.shape[0], -1, -1), t], dim=1) + self.pos
+        h = self.ln(t)
+        t = t + self.attn(h, h, h, need_weights=False)[0]
+        t = t + self.mlp(self.ln(t))
+        return self.head(t[:, 0])
+
+
+def test_transformer_block_quantizes():
+    torch.manual_seed(0)
+    model = TinyTransformer().eval()
+    data = [torch.randn(8, 3, 12, 12) for _ in range(3)]
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[d] for d in data]))
+    x = torch.randn(8, 3, 12, 12)
+    with torch.no_grad():
+        assert sqnr(model(x), q(x)) > 15
