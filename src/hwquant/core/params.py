@@ -51,6 +51,7 @@ import numpy as np
 
 from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD,
                                RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD)
+from hwquant.core.arrays import as_float_array
 from hwquant.core.config import QuantizationErrorMethod
 from hwquant.core.quant_math import (LUT_VALUES_BITWIDTH_KEY, fake_quantize, fix_range_to_include_zero,
                                      grid_range, power_of_two_threshold, quantize, symmetric_grid, uniform_grid)
@@ -487,11 +488,7 @@ def weights_quantization_params(method, n_bits: int, error_method, weights, chan
     """
     method, n_bits, error_method, min_threshold, l_p_value = _check_common(
         method, n_bits, error_method, min_threshold, l_p_value)
-    w = np.asarray(weights)
-    if w.dtype.kind not in "fiub":
-        raise ValueError(f"weights must be numeric, got dtype {w.dtype}")
-    if w.dtype.kind != "f" or w.dtype.itemsize < 4:
-        w = w.astype(np.float32)
+    w = as_float_array(weights, "weights")
     if w.size == 0:
         raise ValueError(f"weights are empty (shape {w.shape})")
     per_channel = bool(per_channel)

@@ -28,6 +28,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from hwquant.core.arrays import as_float_array
+
 __all__ = ["TensorStatistics", "BatchSummary", "summarize"]
 
 _CHUNK = 1 << 18  # elements per float64 chunk of the mean / variance pass (2 MiB)
@@ -348,11 +350,7 @@ class BatchSummary:
 
 def summarize(x, stats: TensorStatistics) -> BatchSummary:
     """The numpy summary of a batch for `stats` (its channel axis, per-channel flag, subsampling)."""
-    x = np.asarray(x)
-    if x.dtype.kind not in "fiub":
-        raise ValueError(f"activation statistics need a numeric array, got dtype {x.dtype}")
-    if x.dtype.kind != "f" or x.dtype.itemsize < 4:
-        x = x.astype(np.float32)
+    x = as_float_array(x, "an activation")
     if x.size == 0:
         return BatchSummary(0, math.inf, -math.inf, 0.0, 0.0, np.zeros(0, np.float32), shape=x.shape)
     ch = None
