@@ -9,14 +9,16 @@ import difflib
 import math
 import numbers
 from dataclasses import dataclass, field
-from enum import Enum, IntEnum, auto
+from enum import Enum, auto
 from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set, Tuple, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, PrivateAttr,
                       field_validator, model_validator)
 
 from hwquant.constants import MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD
+from hwquant.core.error_methods import QuantizationErrorMethod, ThresholdSelectionMethod  # noqa: F401 (re-exported)
 from hwquant.core.network_editor import BaseNodeMatcher, EditRule
+from hwquant.core.validation import as_bool, as_enum, as_int, as_real
 from hwquant.tpc.enums import QuantizationMethod
 
 __all__ = [
@@ -32,27 +34,6 @@ __all__ = [
 # refuse such look-alikes because they usually hide a mistake (a wrong argument order, a wrong enum).
 # ----------------------------------------------------------------------------------------------------------
 
-def _as_bool(v: Any) -> bool:
-    if isinstance(v, bool) or type(v).__name__ == "bool_":  # numpy.bool_ without importing numpy
-        return bool(v)
-    raise ValueError(f"expected True or False, got {v!r}")
-
-
-def _as_int(v: Any) -> int:
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        return int(v)
-    raise ValueError(f"expected an integer, got {v!r}")
-
-
-def _as_real(v: Any) -> float:
-    if isinstance(v, numbers.Real) and not isinstance(v, bool):
-        v = float(v)
-        if math.isnan(v):
-            raise ValueError("expected a number, got NaN")
-        return v
-    raise ValueError(f"expected a number, got {v!r}")
-
-
 def _rule(pred: Callable[[Any], bool], text: str) -> AfterValidator:
     """An after-validator that checks `pred` and otherwise says `text` and the value."""
     def check(v):
@@ -63,28 +44,16 @@ def _rule(pred: Callable[[Any], bool], text: str) -> AfterValidator:
 
 
 def enum_coercer(enum_cls: type) -> BeforeValidator:
-    """Accept a member of `enum_cls` or its value; refuse members of other enums (an IntEnum of another
-    kind would otherwise slip through by value, e.g. QuantizationMethod.SYMMETRIC == 2 == MAE)."""
-    def check(v):
-        if isinstance(v, enum_cls):
-            return v
-        valid = ", ".join(f"{m.name}={m.value!r}" for m in enum_cls)
-        if isinstance(v, Enum) or isinstance(v, bool):
-            raise ValueError(f"expected a {enum_cls.__name__} member, got {v!r} (valid: {valid})")
-        try:
-            return enum_cls(v)
-        except (ValueError, TypeError):
-            raise ValueError(f"expected a {enum_cls.__name__} member or its value, got {v!r} "
-                             f"(valid: {valid})") from None
-    return BeforeValidator(check)
+    """A pydantic before-validator accepting a member of `enum_cls` or its value (see as_enum)."""
+    return BeforeValidator(lambda v: as_enum(enum_cls, v))
 
 
-Flag = Annotated[bool, BeforeValidator(_as_bool)]
-NBits = Annotated[int, BeforeValidator(_as_int),
+Flag = Annotated[bool, BeforeValidator(as_bool)]
+NBits = Annotated[int, BeforeValidator(as_int),
                   _rule(lambda v: MIN_N_BITS <= v <= MAX_N_BITS, f"must be from {MIN_N_BITS} to {MAX_N_BITS} bits")]
-PositiveFinite = Annotated[float, BeforeValidator(_as_real),
+PositiveFinite = Annotated[float, BeforeValidator(as_real),
                            _rule(lambda v: 0 < v < math.inf, "must be > 0 and finite")]
-NonNegative = Annotated[float, BeforeValidator(_as_real), _rule(lambda v: v >= 0, "must be >= 0 (inf = unlimited)")]
+NonNegative = Annotated[float, BeforeValidator(as_real), _rule(lambda v: v >= 0, "must be >= 0 (inf = unlimited)")]
 QMethod = Annotated[QuantizationMethod, enum_coercer(QuantizationMethod)]
 
 
@@ -129,24 +98,6 @@ class ValidatedConfig(BaseModel):
 # Quantization
 # ----------------------------------------------------------------------------------------------------------
 
-class QuantizationErrorMethod(IntEnum):
-    """How a quantization threshold / range is chosen: the error it minimizes.
-
-    NOCLIPPING: min/max of the data; MSE / MAE: mean squared / absolute error; KL: KL divergence of the
-    histograms; LP: L_p norm (p = QuantizationConfig.l_p_value); HMSE: Hessian-weighted MSE (GPTQ).
-    """
-
-    NOCLIPPING = 0
-    MSE = 1
-    MAE = 2
-    KL = 4
-    LP = 5
-    HMSE = 6
-    Lp = 5  # alias: spelling of the seed documents
-
-
-ThresholdSelectionMethod = QuantizationErrorMethod  # older name of the same enum
-
 _QEM = Annotated[QuantizationErrorMethod, enum_coercer(QuantizationErrorMethod)]
 
 # Older (seed) keyword -> MCT 2.6 field.
@@ -183,19 +134,19 @@ class QuantizationConfig(ValidatedConfig):
     softmax_shift: Flag = False
     shift_negative_activation_correction: Flag = True
     activation_channel_equalization: Flag = False
-    z_threshold: Annotated[float, BeforeValidator(_as_real),
+    z_threshold: Annotated[float, BeforeValidator(as_real),
                            _rule(lambda v: v > 0, "must be > 0 (inf disables outlier removal)")] = math.inf
     min_threshold: PositiveFinite = MIN_THRESHOLD
-    l_p_value: Annotated[int, BeforeValidator(_as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 2
+    l_p_value: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 2
     linear_collapsing: Flag = True
     residual_collapsing: Flag = True
-    shift_negative_ratio: Annotated[float, BeforeValidator(_as_real),
+    shift_negative_ratio: Annotated[float, BeforeValidator(as_real),
                                     _rule(lambda v: 0 <= v <= 1, "must be from 0 to 1")] = 0.05
     shift_negative_threshold_recalculation: Flag = False
     shift_negative_params_search: Flag = False
     concat_threshold_update: Flag = False
     activation_bias_correction: Flag = False
-    activation_bias_correction_threshold: Annotated[float, BeforeValidator(_as_real),
+    activation_bias_correction_threshold: Annotated[float, BeforeValidator(as_real),
                                                     _rule(lambda v: 0 <= v < math.inf,
                                                           "must be >= 0 and finite")] = 0.0
     custom_tpc_opset_to_layer: Optional[Any] = None
@@ -325,21 +276,21 @@ class MixedPrecisionQuantizationConfig(ValidatedConfig):
 
     compute_distance_fn: OptCallable = None
     distance_weighting_method: Optional[Annotated[MpDistanceWeighting, enum_coercer(MpDistanceWeighting)]] = None
-    num_of_images: Annotated[int, BeforeValidator(_as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
-    configuration_overwrite: Optional[List[Annotated[int, BeforeValidator(_as_int),
+    num_of_images: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
+    configuration_overwrite: Optional[List[Annotated[int, BeforeValidator(as_int),
                                                      _rule(lambda v: v >= 0, "must be >= 0")]]] = None
-    num_interest_points_factor: Annotated[float, BeforeValidator(_as_real),
+    num_interest_points_factor: Annotated[float, BeforeValidator(as_real),
                                           _rule(lambda v: 0 < v <= 1,
                                                 "is a fraction of the interest points: must be > 0 and <= 1")] = 1.0
     use_hessian_based_scores: Flag = False
     norm_scores: Flag = True
     refine_mp_solution: Flag = True
-    metric_normalization_threshold: Annotated[float, BeforeValidator(_as_real),
+    metric_normalization_threshold: Annotated[float, BeforeValidator(as_real),
                                               _rule(lambda v: v > 0, "must be > 0")] = 1e10
-    hessian_batch_size: Annotated[int, BeforeValidator(_as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
+    hessian_batch_size: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
     metric_normalization: Annotated[MpMetricNormalization,
                                     enum_coercer(MpMetricNormalization)] = MpMetricNormalization.NONE
-    metric_epsilon: Optional[Annotated[float, BeforeValidator(_as_real),
+    metric_epsilon: Optional[Annotated[float, BeforeValidator(as_real),
                                        _rule(lambda v: 0 <= v < math.inf, "must be >= 0 and finite")]] = 1e-6
     exp_distance_weighting_sigma: PositiveFinite = 0.1
     custom_metric_fn: OptCallable = None

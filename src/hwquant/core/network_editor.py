@@ -7,11 +7,13 @@ once (naming the valid fields) instead of being silently ignored during quantiza
 from __future__ import annotations
 
 import math
-import numbers
 from collections import namedtuple
 from typing import Any, Callable, ClassVar, Dict, Iterable, Optional, Union
 
 from hwquant.constants import MAX_N_BITS, MIN_N_BITS
+from hwquant.core.error_methods import QuantizationErrorMethod
+from hwquant.core.validation import as_bool, as_enum, as_int, as_real
+from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 __all__ = [
     "BaseNodeMatcher", "NodeAndMatcher", "NodeOrMatcher", "NodeNotMatcher", "NodeAnyMatcher",
@@ -163,41 +165,34 @@ def _fail(name: str, value: Any, rule: str) -> None:
     raise ValueError(f"{name}={value!r} is invalid: {rule}")
 
 
+def _checked(name: str, v: Any, convert: Callable[[Any], Any]) -> Any:
+    try:
+        return convert(v)
+    except ValueError as e:
+        _fail(name, v, str(e))
+
+
 def _bool(name: str, v: Any) -> bool:
-    if not (isinstance(v, bool) or type(v).__name__ == "bool_"):
-        _fail(name, v, "expected True or False")
-    return bool(v)
+    return _checked(name, v, as_bool)
 
 
 def _int(name: str, v: Any, low: int, high: float = math.inf) -> int:
-    if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not low <= v <= high:
+    v = _checked(name, v, as_int)
+    if not low <= v <= high:
         _fail(name, v, f"expected an int from {low}" + ("" if high == math.inf else f" to {high}"))
-    return int(v)
+    return v
 
 
 def _real(name: str, v: Any, positive: bool, upper: Optional[float] = None) -> float:
-    ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)
-    if not ok or (v <= 0 if positive else v < 0) or (upper is not None and v > upper):
+    v = _checked(name, v, as_real)
+    if (v <= 0 if positive else v < 0) or (upper is not None and v > upper):
         _fail(name, v, f"expected a number {'> 0' if positive else '>= 0'}"
                        + (f" and <= {upper}" if upper is not None else ""))
-    return float(v)
+    return v
 
 
-def _enum(enum_path: str) -> Callable[[str, Any], Any]:
-    def check(name: str, v: Any) -> Any:
-        import importlib
-        module, cls_name = enum_path.rsplit(".", 1)
-        enum_cls = getattr(importlib.import_module(module), cls_name)
-        if isinstance(v, enum_cls):
-            return v
-        from enum import Enum
-        if not isinstance(v, (Enum, bool)):
-            try:
-                return enum_cls(v)
-            except (ValueError, TypeError):
-                pass
-        _fail(name, v, f"expected a {cls_name} member ({', '.join(m.name for m in enum_cls)})")
-    return check
+def _enum(enum_cls: type) -> Callable[[str, Any], Any]:
+    return lambda name, v: _checked(name, v, lambda x: as_enum(enum_cls, x))
 
 
 def _dict(name: str, v: Any) -> dict:
@@ -211,8 +206,8 @@ def _any(name: str, v: Any) -> Any:
 
 
 _BITS = lambda n, v: _int(n, v, MIN_N_BITS, MAX_N_BITS)  # noqa: E731
-_QM = _enum("hwquant.tpc.enums.QuantizationMethod")
-_QEM = _enum("hwquant.core.config.QuantizationErrorMethod")
+_QM = _enum(QuantizationMethod)
+_QEM = _enum(QuantizationErrorMethod)
 
 # Fields an action may edit, with their value checks.
 ACTIVATION_CONFIG_FIELDS: Dict[str, Callable[[str, Any], Any]] = {
@@ -220,7 +215,7 @@ ACTIVATION_CONFIG_FIELDS: Dict[str, Callable[[str, Any], Any]] = {
     "activation_n_bits": _BITS,
     "enable_activation_quantization": _bool,
     "quantization_preserving": _bool,
-    "signedness": _enum("hwquant.tpc.enums.Signedness"),
+    "signedness": _enum(Signedness),
     "activation_error_method": _QEM,
     "relu_bound_to_power_of_2": _bool,
     "activation_channel_equalization": _bool,
