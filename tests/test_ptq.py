@@ -1,7 +1,6 @@
 """PyTorch post-training quantization end to end on small models: structure, fidelity, TPC
 faithfulness, state dict, and every bad-input path."""
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from hwquant.core import quant_math
 from hwquant.errors import InvalidTPCError
 from hwquant.torch.data import RepresentativeDataError
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
-from hwquant.tpc import OperatorsSet, QuantizationConfigOptions, TargetPlatformCapabilities
+from hwquant.tpc import OperatorsSet, TargetPlatformCapabilities
 
 
 class SmallNet(nn.Module):

@@ -14,7 +14,7 @@ topological order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -55,15 +55,8 @@ class Node:
     final_config: Any = None          # the chosen NodeQuantizationConfig
     fused_into: Optional[str] = None  # name of the node whose output ends the fused group, if inside one
 
-    def get_weight(self, key: WeightKey) -> Optional[np.ndarray]:
-        return self.weights.get(key)
-
     def set_weight(self, key: WeightKey, value: np.ndarray) -> None:
         self.weights[key] = np.asarray(value)
-
-    @property
-    def is_input(self) -> bool:
-        return self.kind == NodeKind.INPUT
 
     def __repr__(self) -> str:
         t = getattr(self.type, "__name__", self.type)
@@ -133,7 +126,7 @@ class Graph:
     def replace_uses(self, old: str, new: str) -> None:
         for n in self._nodes.values():
             n.inputs = [new if i == old else i for i in n.inputs]
-        self.outputs = _map_structure(self.outputs, lambda x: new if x == old else x)
+        self.outputs = map_structure(self.outputs, lambda x: new if x == old else x)
 
     def insert_after(self, anchor: Union[Node, str], node: Node) -> None:
         """Insert `node` (whose single input must be `anchor`) and move the anchor's users to it."""
@@ -143,7 +136,7 @@ class Graph:
         users = self.successors(anchor)
         for u in users:
             u.inputs = [node.name if i == anchor.name else i for i in u.inputs]
-        self.outputs = _map_structure(self.outputs, lambda x: node.name if x == anchor.name else x)
+        self.outputs = map_structure(self.outputs, lambda x: node.name if x == anchor.name else x)
         items = list(self._nodes.items())
         pos = [k for k, _ in items].index(anchor.name) + 1
         items.insert(pos, (node.name, node))
@@ -170,9 +163,6 @@ class Graph:
         if unknown:
             raise ValueError(f"graph outputs name unknown nodes {unknown}")
 
-    def validate(self) -> None:
-        self._check()
-
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self)} nodes, inputs={[n.name for n in self.input_nodes]})"
 
@@ -188,13 +178,14 @@ def _flatten(structure: Any) -> Iterator[str]:
             yield from _flatten(v)
 
 
-def _map_structure(structure: Any, fn: Callable[[str], Any]) -> Any:
+def map_structure(structure: Any, fn: Callable[[str], Any]) -> Any:
+    """The output structure with every node name replaced by fn(name)."""
     if isinstance(structure, str):
         return fn(structure)
     if isinstance(structure, dict):
-        return {k: _map_structure(v, fn) for k, v in structure.items()}
+        return {k: map_structure(v, fn) for k, v in structure.items()}
     if isinstance(structure, (list, tuple)):
-        return type(structure)(_map_structure(v, fn) for v in structure)
+        return type(structure)(map_structure(v, fn) for v in structure)
     return structure
 
 
@@ -208,6 +199,3 @@ def map_input_refs(structure: Any, fn: Callable[[InputRef], Any]) -> Any:
         return type(structure)(map_input_refs(v, fn) for v in structure)
     return structure
 
-
-def output_structure_names(structure: Any) -> Tuple[str, ...]:
-    return tuple(_flatten(structure))

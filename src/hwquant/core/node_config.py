@@ -112,9 +112,6 @@ class NodeWeightsQuantizationConfig:
             raise KeyError(f"no weight attribute {attr!r}; this node has {self.all_weight_attrs}")
         return self.attrs[attr]
 
-    def quantized_attrs(self) -> List[WeightKey]:
-        return [a for a, c in self.attrs.items() if c.enable_weights_quantization]
-
 
 @dataclass
 class NodeQuantizationConfig:

@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs
+from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 
@@ -105,14 +105,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             out = g.call_module(register(f"{node.name}_activation_holder", PytorchActivationQuantizationHolder(aq)), (out,))
         env[node.name] = out
 
-    def to_fx(structure):
-        if isinstance(structure, str):
-            return env[structure]
-        if isinstance(structure, dict):
-            return {k: to_fx(v) for k, v in structure.items()}
-        return type(structure)(to_fx(v) for v in structure)
-
-    result = to_fx(graph.outputs)
+    result = map_structure(graph.outputs, env.__getitem__)
     if extra_outputs is not None:
         result = (result, [env[n] for n in extra_outputs])
     g.output(result)

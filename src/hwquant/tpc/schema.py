@@ -155,10 +155,6 @@ class OpQuantizationConfig(_Frozen):
             mapping[attr] = mapping[attr].clone_and_edit(**edits)
         return self._edited(attr_weights_configs_mapping=mapping, **kwargs)
 
-    @property
-    def quantization_method_name(self) -> str:
-        return self.activation_quantization_method.name
-
 
 class QuantizationConfigOptions(_Frozen):
     """The candidate configurations of an operator set; `base_config` is used without mixed precision."""
