@@ -12,3 +12,7 @@ class InvalidTPCError(HwquantError, ValueError):
 
 class InvalidConfigError(HwquantError, ValueError):
     """A configuration object or argument is invalid."""
+
+
+class ExportError(HwquantError, ValueError):
+    """A model cannot be exported as asked (format, model, path or file)."""

@@ -6,6 +6,7 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import progress
 from hwquant.tpc.platforms import get_target_platform_capabilities
@@ -44,6 +45,7 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     """
     from hwquant.core.pipeline import run_ptq
     from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+    from hwquant.torch.metadata import attach_metadata
     from hwquant.torch.session import start_session
 
     start = time.perf_counter()
@@ -52,6 +54,7 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     graph, adapter = session.graph, session.adapter
     state = run_ptq(session.state, session.data, progress)
     model = adapter.build(state.graph, quantized=True).eval()
+    attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
     info = UserInformation()
     info.final_resource_utilization = compute_resource_utilization(state.graph, final_config, adapter)
     scales = state.report.get("input_scale") or {}

@@ -96,4 +96,22 @@ class PytorchQuantizationWrapper(nn.Module):
         return {name: q(getattr(self.layer, name)) for name, q in self.weights_quantizers.items()}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return torch.func.functional_call(self.layer, self.quantized_weights(), args, kwargs, strict=False)
+        weights = self.quantized_weights()
+        if torch.jit.is_tracing():  # the stateless API refuses tracing (TorchScript / ONNX export)
+            return _call_with_tensors(self.layer, weights, args, kwargs)
+        return torch.func.functional_call(self.layer, weights, args, kwargs, strict=False)
+
+
+def _call_with_tensors(layer: nn.Module, tensors: Dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
+    """Call ``layer`` with some of its parameters replaced by ``tensors``, then put them back (in order)."""
+    original = dict(layer._parameters)
+    try:
+        for name, value in tensors.items():
+            layer._parameters.pop(name, None)
+            setattr(layer, name, value)
+        return layer(*args, **kwargs)
+    finally:
+        for name in tensors:
+            layer.__dict__.pop(name, None)
+        layer._parameters.clear()
+        layer._parameters.update(original)

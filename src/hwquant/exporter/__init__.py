@@ -1,0 +1,12 @@
+"""`mct.exporter`: write quantized models for deployment and read them back."""
+from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSerializationFormat,  # noqa: F401
+                                      PytorchExportSerializationFormat, QuantizationFormat)
+from hwquant.exporter.pytorch_exporter import pytorch_export_model  # noqa: F401
+
+
+def __getattr__(name):
+    # onnx / onnxruntime helpers load lazily: `import hwquant` must not need them.
+    if name in ("mctq_inference_session", "lower_mctq"):
+        from hwquant.exporter import onnx_runtime
+        return getattr(onnx_runtime, name)
+    raise AttributeError(f"module 'hwquant.exporter' has no attribute {name!r}")

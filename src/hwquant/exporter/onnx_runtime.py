@@ -1,0 +1,41 @@
+"""Run exported files in plain ONNX Runtime. An MCTQ file's ``mct_quantizers`` ops are rewritten to
+standard QuantizeLinear / DequantizeLinear on load (no custom-op library needed)."""
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Sequence, Union
+
+import onnx
+
+from hwquant.errors import ExportError
+from hwquant.exporter.onnx_lowering import lower_mctq_to_qdq
+
+ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+
+def _load(model: ModelLike) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return onnx.ModelProto.FromString(model.SerializeToString())  # a copy: lowering edits in place
+    try:
+        return onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(os.fspath(model))
+    except FileNotFoundError:
+        raise ExportError(f"no ONNX file at '{model}'") from None
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise ExportError(f"'{model if not isinstance(model, bytes) else 'the bytes given'}' is not a readable "
+                          f"ONNX model ({type(e).__name__}: {e})") from None
+
+
+def lower_mctq(model: ModelLike) -> onnx.ModelProto:
+    """The model with its ``mct_quantizers`` ops as standard ONNX (a new ModelProto)."""
+    return lower_mctq_to_qdq(_load(model))
+
+
+def mctq_inference_session(model: ModelLike, sess_options: Any = None,
+                           providers: Optional[Sequence[str]] = None) -> Any:
+    """An ``onnxruntime.InferenceSession`` of an MCTQ (or plain QDQ) file, on the CPU unless
+    ``providers`` says otherwise."""
+    import onnxruntime as ort
+
+    proto = lower_mctq(model)
+    return ort.InferenceSession(proto.SerializeToString(), sess_options=sess_options,
+                                providers=list(providers or ["CPUExecutionProvider"]))

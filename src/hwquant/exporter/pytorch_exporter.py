@@ -1,0 +1,124 @@
+"""`mct.exporter.pytorch_export_model`: write a quantized PyTorch model to ONNX (QDQ or MCTQ) or
+TorchScript, with the toolkit's metadata in the file. The file is written whole or not at all."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict
+
+from hwquant.core.model_metadata import metadata_strings
+from hwquant.errors import ExportError
+from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, MIN_ONNX_OPSET_VERSION, PytorchExportSerializationFormat,
+                                      QuantizationFormat, as_format, check_pytorch_combination)
+from hwquant.fileio import atomic_write
+
+log = logging.getLogger("hwquant.exporter")
+METADATA_FILE = "hwquant_metadata.json"  # TorchScript archive entry
+
+
+def _check_path(path: Any, suffixes: tuple) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise ExportError(f"save_model_path must be a file path (str or os.PathLike), got {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise ExportError(f"save_model_path '{path}' is a folder; give a file name such as '{path / ('model' + suffixes[0])}'")
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write '{path}': folder '{path.parent}' does not exist; create it first")
+    if not os.access(path.parent, os.W_OK):
+        raise ExportError(f"cannot write '{path}': folder '{path.parent}' is not writable")
+    if path.suffix.lower() not in suffixes:
+        log.warning("exporting to '%s': the usual extension is %s", path, suffixes[0])
+    return path
+
+
+def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat) -> Dict[str, Any]:
+    from hwquant.torch.metadata import read_metadata
+
+    meta = dict(read_metadata(model) or {})
+    meta.update(quantization_format=quantization.name, serialization_format=serialization.name)
+    return meta
+
+
+def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callable[[], Any],
+                         serialization_format: Any = PytorchExportSerializationFormat.ONNX,
+                         quantization_format: Any = QuantizationFormat.MCTQ,
+                         onnx_opset_version: int = DEFAULT_ONNX_OPSET_VERSION) -> Path:
+    """Export a model quantized by hwquant.
+
+    Args:
+        model: the quantized model returned by a hwquant facade (PTQ, GPTQ, QAT finalize).
+        save_model_path: the file to write (.onnx or .pt); its folder must exist.
+        repr_dataset: zero-argument callable yielding lists of input batches (the first batch traces the model).
+        serialization_format: PytorchExportSerializationFormat.ONNX or TORCHSCRIPT.
+        quantization_format: QuantizationFormat.MCTQ (ONNX custom ops), FAKELY_QUANT (ONNX QDQ with integer
+            weights / TorchScript fake quantization) or INT8 (ONNX QDQ, every quantizer within 8 bits).
+        onnx_opset_version: ONNX opset (>= 13; 21 for 16-bit activations as integers).
+
+    Returns:
+        The path written.
+    """
+    import torch
+
+    from hwquant.torch.data import RepresentativeData
+    from hwquant.torch.export_model import quantizers_of
+
+    serialization = as_format(serialization_format, PytorchExportSerializationFormat, "serialization_format")
+    quantization = as_format(quantization_format, QuantizationFormat, "quantization_format")
+    check_pytorch_combination(serialization, quantization)
+    if not isinstance(model, torch.nn.Module):
+        raise ExportError(f"model must be a torch.nn.Module quantized by hwquant, got {type(model).__name__}")
+    quantizers = quantizers_of(model)
+    if not quantizers:
+        raise ExportError(f"the {type(model).__name__} model holds no hwquant quantizers: it was not produced by the "
+                          "toolkit; quantize it first with mct.ptq.pytorch_post_training_quantization (or GPTQ / "
+                          "QAT finalize) and export the model that returns")
+    onnx_out = serialization == PytorchExportSerializationFormat.ONNX
+    if onnx_out and (isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
+                     or onnx_opset_version < MIN_ONNX_OPSET_VERSION):
+        raise ExportError(f"onnx_opset_version must be an int >= {MIN_ONNX_OPSET_VERSION} (per-axis "
+                          f"QuantizeLinear), got {onnx_opset_version!r}")
+    if quantization == QuantizationFormat.INT8:
+        wide = [f"{name} ({q.num_bits}-bit {q.method.name})" for name, q in quantizers.items()
+                if q.num_bits > 8 or q.method.name.startswith("LUT")]
+        if wide:
+            raise ExportError(f"INT8 export needs every quantizer within 8 bits on a uniform grid; these are not: "
+                              f"{wide[:8]}; export with quantization_format=FAKELY_QUANT instead")
+    path = _check_path(save_model_path, (".onnx",) if onnx_out else (".pt", ".pth", ".torchscript"))
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    example = [t[:1] for t in RepresentativeData(repr_dataset, device=device).first_batch()]
+    meta = _metadata(model, quantization, serialization)
+    if onnx_out:
+        data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta)
+    else:
+        from hwquant.torch.export_model import to_torchscript
+
+        data = to_torchscript(model, example, {METADATA_FILE: json.dumps(meta, sort_keys=True)})
+    atomic_write(path, data)
+    log.info("exported %s (%s, %s) to %s: %.1f KiB", type(model).__name__, serialization.name, quantization.name,
+             path, len(data) / 1024)
+    return path
+
+
+def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, opset: int, meta: Dict[str, Any]) -> bytes:
+    import onnx
+
+    from hwquant.exporter.onnx_int8 import optimize_for_integer_kernels
+    from hwquant.exporter.onnx_lowering import lower_markers_to_mctq, lower_markers_to_qdq
+    from hwquant.torch.export_model import to_onnx
+
+    proto = to_onnx(model, example, opset)
+    if quantization == QuantizationFormat.MCTQ:
+        lower_markers_to_mctq(proto)
+    else:
+        lower_markers_to_qdq(proto)
+        counts = optimize_for_integer_kernels(proto)
+        log.info("integer-kernel rewrites: %s", counts)
+    onnx.helper.set_model_props(proto, metadata_strings(meta))
+    proto.producer_name, proto.producer_version = "hwquant", meta.get("hwquant_version", "")
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:  # a bug of ours, not the user's: say so plainly
+        raise ExportError(f"the exported ONNX graph does not validate ({e}); please report this model") from e
+    return proto.SerializeToString()

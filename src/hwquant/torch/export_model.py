@@ -1,0 +1,87 @@
+"""The PyTorch side of export: find the toolkit's quantizers in a model, trace it to ONNX with each
+quantizer written as one marker node (lowered afterwards by ``exporter.onnx_lowering``), or trace
+it to TorchScript as it is (fake quantization in plain torch ops)."""
+from __future__ import annotations
+
+import copy
+import io
+import warnings
+from typing import Dict, List, Sequence
+
+import onnx
+import torch
+from torch import nn
+
+from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
+from hwquant.torch.quantizers import InferableQuantizer
+
+
+def quantizers_of(model: nn.Module) -> Dict[str, InferableQuantizer]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, InferableQuantizer)}
+
+
+def spec_of(q: InferableQuantizer) -> QuantizerSpec:
+    return QuantizerSpec(q.target, q.method, q.num_bits, dict(q.params), q.channel_axis)
+
+
+class _MarkerFunction(torch.autograd.Function):
+    """Returns the quantizer's output ``y``; in ONNX it is one marker node on ``x`` carrying the
+    quantizer's spec (the traced ops computing ``y`` are left dead and dropped by the exporter)."""
+
+    @staticmethod
+    def forward(ctx, x, y, spec_json):
+        return y.clone()
+
+    @staticmethod
+    def symbolic(g, x, y, spec_json):
+        return g.op(f"{MARKER_DOMAIN}::{MARKER_OP}", x, spec_s=spec_json).setType(x.type())
+
+
+class _MarkedQuantizer(nn.Module):
+    def __init__(self, quantizer: InferableQuantizer):
+        super().__init__()
+        self.quantizer = quantizer
+        self.spec_json = spec_of(quantizer).to_json()
+
+    def forward(self, x):
+        return _MarkerFunction.apply(x, self.quantizer(x), self.spec_json)
+
+
+def _with_markers(model: nn.Module) -> nn.Module:
+    marked = copy.deepcopy(model).eval()
+    for name in list(quantizers_of(marked)):
+        parent_name, _, child = name.rpartition(".")
+        parent = marked.get_submodule(parent_name) if parent_name else marked
+        setattr(parent, child, _MarkedQuantizer(getattr(parent, child)))
+    return marked
+
+
+def _input_names(model: nn.Module, n: int) -> List[str]:
+    graph = getattr(model, "graph", None)
+    names = [node.name for node in graph.nodes if node.op == "placeholder"] if graph is not None else []
+    return names if len(names) == n else [f"input_{i}" for i in range(n)]
+
+
+def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int) -> onnx.ModelProto:
+    """The model as ONNX with marker nodes, batch dimension dynamic on every input and output."""
+    marked = _with_markers(model)
+    with torch.no_grad():
+        outputs = marked(*example)
+    n_out = len(torch.utils._pytree.tree_leaves(outputs))
+    inputs, out_names = _input_names(model, len(example)), [f"output_{i}" for i in range(n_out)]
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(marked, tuple(example), buffer, dynamo=False, opset_version=opset,
+                          input_names=inputs, output_names=out_names, do_constant_folding=True,
+                          dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def to_torchscript(model: nn.Module, example: Sequence[torch.Tensor], extra_files: Dict[str, str]) -> bytes:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        traced = torch.jit.trace(copy.deepcopy(model).eval(), tuple(example), check_trace=False)
+    buffer = io.BytesIO()
+    torch.jit.save(traced, buffer, _extra_files=extra_files)
+    return buffer.getvalue()
