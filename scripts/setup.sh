@@ -17,4 +17,4 @@ if ! "$VPY" -c "import torch" 2>/dev/null; then
         "$VPY" -m pip install --quiet "torch>=2.3"
     fi
 fi
-"$VPY" -m pip install --quiet -e ".[torch,test]"
+"$VPY" -m pip install --quiet -e ".[torch,onnx,test]"

@@ -28,8 +28,8 @@ MCTQ_DOMAIN = "mct_quantizers"
 # The mct_quantizers release whose op names and attributes these files follow.
 MCTQ_FORMAT_VERSION = "1.7.0"
 
-# (numpy dtype, first opset with that QuantizeLinear type) by integer range.
-_INT_TYPES = [(np.int8, 10), (np.uint8, 10), (np.int16, 21), (np.uint16, 21)]
+# (numpy dtype, first opset with that QuantizeLinear type).
+_INT_TYPES = [(np.uint8, 10), (np.int8, 10), (np.uint16, 21), (np.int16, 21)]
 
 
 def integer_type(qmin: int, qmax: int, opset: int):
@@ -39,6 +39,14 @@ def integer_type(qmin: int, qmax: int, opset: int):
         if info.min <= qmin and qmax <= info.max and opset >= since:
             return dtype
     return None
+
+
+def activation_int_range(grid: quant_math.AffineGrid):
+    """(zero point, qmin, qmax) of an activation grid moved to start at 0: the same grid (shifting the
+    zero point shifts every integer alike), stored unsigned. One activation type for the whole model
+    lets ONNX Runtime fuse every Conv / Add (its integer kernels want input and output of one type),
+    and uint8 activations with int8 weights are the fast path of its x86 kernels."""
+    return np.asarray(grid.zero_point, np.float64) - grid.qmin, 0, grid.qmax - grid.qmin
 
 
 def _marker_spec(node: onnx.NodeProto) -> QuantizerSpec:
@@ -62,7 +70,9 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
                               "export with quantization_format=MCTQ")
         ed.add_initializer(quant_math.lut_fake_quantize(weight.astype(np.float32), grid).astype(np.float32), y, name=y)
         return []
-    dtype = integer_type(grid.qmin, grid.qmax, opset)
+    zero_point, qmin, qmax = (grid.zero_point, grid.qmin, grid.qmax) if spec.target == WEIGHTS \
+        else activation_int_range(grid)
+    dtype = integer_type(qmin, qmax, opset)
     per_channel = grid.axis is not None
     scale = np.asarray(grid.scale, np.float32).reshape(-1 if per_channel else ())
     axis_attr = {"axis": grid.axis} if per_channel else {}
@@ -75,17 +85,16 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
                                              ed.add_initializer(scale, f"{x}_scale"),
                                              ed.add_initializer(zp, f"{x}_zero_point")], [y], **axis_attr)]
     if dtype is not None:
-        zp = np.asarray(grid.zero_point).reshape(scale.shape).astype(dtype)
+        zp = np.asarray(zero_point).reshape(scale.shape).astype(dtype)
         s, z = ed.add_initializer(scale, f"{y}_scale"), ed.add_initializer(zp, f"{y}_zero_point")
         q = ed.fresh(f"{y}_q")
         nodes = [ed.node("QuantizeLinear", [x, s, z], [q], **axis_attr)]
         info = np.iinfo(dtype)
-        if (grid.qmin, grid.qmax) != (info.min, info.max):
+        if (qmin, qmax) != (info.min, info.max):
             if np.dtype(dtype).itemsize > 1:
                 dtype = None  # ONNX Runtime's Clip has no 16-bit kernels: float arithmetic below
             else:
-                lo, hi = (ed.add_initializer(np.asarray(v, dtype), f"{y}_{n}")
-                          for v, n in ((grid.qmin, "qmin"), (grid.qmax, "qmax")))
+                lo, hi = (ed.add_initializer(np.asarray(v, dtype), f"{y}_{n}") for v, n in ((qmin, "qmin"), (qmax, "qmax")))
                 clipped = ed.fresh(f"{y}_q_clipped")
                 nodes.append(ed.node("Clip", [q, lo, hi], [clipped]))
                 q = clipped

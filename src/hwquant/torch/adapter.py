@@ -76,10 +76,7 @@ class PytorchAdapter(PytorchCorrectionFacts):
 
     def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool) -> torch.nn.Module:
         model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
-        model = model.to(self.device).eval()
-        if _has_conv2d(model):  # channels-last convolutions are much faster on CPU
-            model = model.to(memory_format=torch.channels_last)
-        return model
+        return model.to(self.device).eval()
 
     @torch.no_grad()
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
@@ -87,9 +84,20 @@ class PytorchAdapter(PytorchCorrectionFacts):
         """Add every batch's summary of each node's output to `statistics[node]`."""
         names = list(statistics)
         model = self._observer(graph, names, quantized)
+        # Channels-last convolutions are much faster on CPU; a model that reshapes with `.view` cannot
+        # run that way ("view size is not compatible"), so the first batch decides.
+        channels_last = _has_conv2d(model) and not _has_view(model)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
         batches = 0
         for batch in data:
-            _, tensors = model(*[_channels_last(t) for t in batch])
+            try:
+                _, tensors = model(*[_channels_last(t) if channels_last else t for t in batch])
+            except RuntimeError:
+                if not channels_last or batches:
+                    raise
+                channels_last, model = False, model.to(memory_format=torch.contiguous_format)
+                _, tensors = model(*batch)
             for name, t in zip(names, tensors):
                 try:
                     statistics[name].add(summarize_tensor(t, statistics[name]))
@@ -101,6 +109,10 @@ class PytorchAdapter(PytorchCorrectionFacts):
 
 def _has_conv2d(model: torch.nn.Module) -> bool:
     return any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+def _has_view(model: torch.fx.GraphModule) -> bool:
+    return any(n.op == "call_method" and n.target == "view" for n in model.graph.nodes)
 
 
 def _channels_last(t: Any) -> Any:

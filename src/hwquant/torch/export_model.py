@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import io
 import warnings
+import weakref
 from typing import Dict, List, Sequence
 
 import onnx
@@ -24,27 +25,33 @@ def spec_of(q: InferableQuantizer) -> QuantizerSpec:
     return QuantizerSpec(q.target, q.method, q.num_bits, dict(q.params), q.channel_axis)
 
 
+# Quantizers by id while a model is being traced: an autograd Function's arguments must be tensors
+# or plain values, and ops run inside its forward are not traced (only its symbolic is exported).
+_TRACED_QUANTIZERS: "weakref.WeakValueDictionary[int, InferableQuantizer]" = weakref.WeakValueDictionary()
+
+
 class _MarkerFunction(torch.autograd.Function):
-    """Returns the quantizer's output ``y``; in ONNX it is one marker node on ``x`` carrying the
-    quantizer's spec (the traced ops computing ``y`` are left dead and dropped by the exporter)."""
+    """Runs the quantizer; in ONNX it is one marker node carrying the quantizer's spec."""
 
     @staticmethod
-    def forward(ctx, x, y, spec_json):
-        return y.clone()
+    def forward(ctx, x, key, spec_json):
+        return _TRACED_QUANTIZERS[key].forward(x)  # not __call__: the tracer tracks module calls
 
     @staticmethod
-    def symbolic(g, x, y, spec_json):
+    def symbolic(g, x, key, spec_json):
         return g.op(f"{MARKER_DOMAIN}::{MARKER_OP}", x, spec_s=spec_json).setType(x.type())
 
 
 class _MarkedQuantizer(nn.Module):
     def __init__(self, quantizer: InferableQuantizer):
         super().__init__()
-        self.quantizer = quantizer
+        # Not a submodule: the tracer must not see its buffers (they are read inside the Function).
+        self.__dict__["quantizer"] = quantizer
         self.spec_json = spec_of(quantizer).to_json()
+        _TRACED_QUANTIZERS[id(quantizer)] = quantizer
 
     def forward(self, x):
-        return _MarkerFunction.apply(x, self.quantizer(x), self.spec_json)
+        return _MarkerFunction.apply(x, id(self.quantizer), self.spec_json)
 
 
 def _with_markers(model: nn.Module) -> nn.Module:

@@ -9,24 +9,27 @@ tensors, so it opens with ``torch.load(path, weights_only=True)``::
      "graph": [{"op", "name", "target", "args", "kwargs"}, ...],   # the torch.fx nodes in order
      "tensors": {"path.to.param": tensor}}    # every parameter and buffer (non-persistent ones too)
 
-A module spec is ``{"kind", "params", "buffers", "children"}`` plus, by kind: ``quantizer`` (the
+A module spec is ``{"kind", "parameters", "buffers", "children"}`` plus, by kind: ``quantizer`` (the
 InferableQuantizer constructor arguments), ``holder`` / ``wrapper`` (rebuilt from their children),
 ``torch`` (``"class"``: a qualified name under torch.nn, and ``"attrs"``: its plain attributes) or
 ``root``. Values that JSON lacks (tuples, dicts with any keys, graph node references, slices,
 Ellipsis, dtypes, devices, memory formats, layouts, torch.Size) are dicts tagged by ``"$"``.
 
-Safety argument: ``weights_only=True`` makes ``torch.load`` build nothing but the plain types and
-tensors. Everything executable is then named by string and resolved only inside an allowlist:
-module classes defined in ``torch.nn.*`` (created with ``__new__``, so no constructor runs) and the
-three hwquant classes; functions in torch, torch.nn.functional, torch.special/linalg/fft,
-torch.Tensor, torch.ops.aten, operator, math and the builtins getattr/len/int/float/slice, found by
-walking attributes (nothing is imported). File access and code loading (load, save, from_file,
-compile), callable factories (operator.attrgetter/methodcaller/call) and private names are refused,
-so is ``getattr`` with an underscore name, which would reach interpreter internals. Names that fx
-writes into generated code (node names, placeholder and kwarg names, targets) must be identifiers.
+Safety argument: with ``weights_only=True`` torch.load builds nothing but those plain types and
+tensors. Everything executable is then named by a string and resolved, by walking attributes (nothing
+is imported), only inside an allowlist: module classes defined in ``torch.nn.*`` (made with
+``__new__``, so no constructor runs), the three hwquant quantizer classes (their constructors take the
+recorded plain values), and functions in torch, torch.nn.functional, torch.special/linalg/fft,
+torch.Tensor, torch.ops.aten, operator, math and the builtins getattr/len/int/float/slice. Private
+names, objects re-exported from outside torch (``torch.os``), and names that read or write files,
+compile code, return modules or call a callable they are handed (``_DENIED``) are refused; ``getattr``
+takes only a literal public torch.Tensor attribute name, so no chain of attribute reads leaves the
+tensor world. Names fx writes verbatim into the generated code (node, input and keyword names) must
+be identifiers, and module paths word characters.
 """
 from __future__ import annotations
 
+import functools
 import io
 import keyword
 import math
@@ -61,7 +64,10 @@ _NAMESPACES = {"torch.nn.functional": F, "torch.special": torch.special, "torch.
                "torch.fft": torch.fft, "torch.Tensor": torch.Tensor, "torch": torch,
                "operator": operator, "_operator": operator, "math": math}
 _BUILTINS = {f.__name__: f for f in (getattr, len, int, float, slice)}
-_DENIED = frozenset({"load", "save", "from_file", "compile", "attrgetter", "methodcaller", "call"})
+# Names that read or write files, compile code, return modules or call a callable they are handed.
+_DENIED = frozenset({"load", "save", "from_file", "compile", "get_device_module", "cond", "while_loop", "vmap",
+                     "handle_torch_function", "boolean_dispatch", "attrgetter", "methodcaller", "call", "apply_",
+                     "map_", "map2_", "register_hook", "register_post_accumulate_grad_hook"})
 _TORCH_VALUES = {"dtype": torch.dtype, "memory_format": torch.memory_format, "layout": torch.layout}
 _NAME = re.compile(r"[A-Za-z_]\w*\Z")
 _PATH = re.compile(r"\w+(\.\w+)*\Z")  # module paths may hold Sequential indices ("body.0")
@@ -93,10 +99,11 @@ def _resolve_function(name: Any) -> Any:
         raise refuse
     prefix, _, attr = name.rpartition(".")
     ns = _NAMESPACES.get(prefix)
-    private = attr.startswith("_") and name != "torch._assert"  # fx emits torch._assert for traced asserts
-    obj = getattr(ns, attr, None) if ns is not None and _NAME.match(attr) and attr not in _DENIED and not private else None
-    home = str(getattr(obj, "__module__", None) or "torch")  # re-exports from outside torch (torch.os...) are refused
-    if callable(obj) and not isinstance(obj, (type, types.ModuleType)) and (ns not in (torch, F) or home.startswith("torch")):
+    public = not attr.startswith("_") or name == "torch._assert"  # fx emits torch._assert for traced asserts
+    obj = getattr(ns, attr, None) if ns is not None and _NAME.match(attr) and attr not in _DENIED and public else None
+    home = str(getattr(obj, "__module__", None) or "torch")  # refuses re-exports from outside torch (torch.os...)
+    if callable(obj) and not isinstance(obj, (type, types.ModuleType)) \
+            and (not prefix.startswith("torch") or home.startswith("torch")):
         return obj
     raise refuse
 
@@ -117,13 +124,12 @@ def _function_name(fn: Any) -> str:
     raise ValueError(f"the model calls {fn!r}, which is outside the allowlist of loadable functions; {_HINT}")
 
 
-def _check_method(name: Any) -> str:
-    if isinstance(name, str) and _NAME.match(name) and not name.startswith("_") and hasattr(torch.Tensor, name):
-        return name
-    raise SavedModelError(f"method {name!r:.80} is not a public torch.Tensor method")
+def _tensor_attr(name: Any) -> bool:
+    return isinstance(name, str) and bool(_NAME.match(name)) and not name.startswith("_") \
+        and name not in _DENIED and hasattr(torch.Tensor, name)
 
 
-def _resolve_class(name: Any) -> type:
+def _resolve_class(name: Any, strict: bool = True) -> Optional[type]:
     parts = name.split(".") if isinstance(name, str) else []
     obj: Any = None
     if parts[:2] == ["torch", "nn"] and all(_NAME.match(p) and not p.startswith("_") for p in parts):
@@ -133,15 +139,10 @@ def _resolve_class(name: Any) -> type:
     if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__.startswith("torch.nn.") \
             and _class_name(obj) == name:
         return obj
+    if not strict:
+        return None
     raise SavedModelError(f"module class {name!r:.80} is not in the allowlist (classes defined in torch.nn "
                           "and hwquant's quantizer modules)")
-
-
-def _loadable_class(cls: type) -> bool:
-    try:
-        return _resolve_class(_class_name(cls)) is cls
-    except SavedModelError:
-        return False
 
 
 def _class_name(cls: type) -> str:
@@ -153,11 +154,11 @@ def _encode(v: Any, where: str) -> Any:
         v = v.item()
     if v is None or type(v) in (bool, int, float, str):
         return v
-    if type(v) is list:
+    if isinstance(v, list):  # fx keeps args in immutable_list / immutable_dict
         return [_encode(x, where) for x in v]
     if type(v) in (tuple, torch.Size):  # tagged, so the loader gives back the same type
         return {"$": "size" if isinstance(v, torch.Size) else "tuple", "items": [_encode(x, where) for x in v]}
-    if type(v) is dict:
+    if isinstance(v, dict):
         return {"$": "dict", "items": [[_encode(k, where), _encode(x, where)] for k, x in v.items()]}
     if isinstance(v, fx.Node):
         return {"$": "node", "name": v.name}
@@ -206,24 +207,25 @@ def _spec(m: nn.Module, path: str, tensors: Dict[str, torch.Tensor], root: bool 
     if root:
         spec: Dict[str, Any] = {"kind": "root"}
     elif kind is InferableQuantizer:
-        spec = {"kind": "quantizer", "method": int(m.method), "num_bits": int(m.num_bits), "target": m.target,
-                "params": _encode(m.params, where), "channel_axis": _encode(m.channel_axis, where)}
+        spec = {"kind": "quantizer", "method": int(m.method), "num_bits": int(m.num_bits),
+                "params": _encode(m.params, where), "channel_axis": _encode(m.channel_axis, where),
+                "target": _encode(m.target, where)}
     elif kind in (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper):
         spec = {"kind": "holder" if kind is PytorchActivationQuantizationHolder else "wrapper"}
-    elif _loadable_class(kind):
+    elif kind.__module__.startswith("torch.nn.") and _resolve_class(_class_name(kind), strict=False) is kind:
         attrs = {k: _encode(v, f"{where}, attribute '{k}'") for k, v in vars(m).items() if k not in _INTERNALS}
         spec = {"kind": "torch", "class": _class_name(kind), "attrs": attrs}
     else:
         raise ValueError(f"{where}: class {_class_name(kind)} is outside the allowlist of loadable modules "
                          f"(torch.nn classes and hwquant's quantizer modules); {_HINT}")
-    spec["params"], spec["buffers"] = {}, {}
-    for group, store in (("params", m._parameters), ("buffers", m._buffers)):
+    spec["parameters"], spec["buffers"] = {}, {}
+    for group, store in (("parameters", m._parameters), ("buffers", m._buffers)):
         for name, t in store.items():
             if t is not None:
                 if type(t.detach()) is not torch.Tensor:
                     raise ValueError(f"{where}: '{name}' is a {type(t).__name__}, not a plain tensor; {_HINT}")
                 tensors[path + name] = t.detach()
-                t = {"requires_grad": t.requires_grad} if group == "params" else \
+                t = {"requires_grad": t.requires_grad} if group == "parameters" else \
                     {"persistent": name not in m._non_persistent_buffers_set}
             spec[group][name] = t
     spec["children"] = [[n, None if c is None else _spec(c, f"{path}{n}.", tensors)] for n, c in m._modules.items()]
@@ -252,7 +254,7 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
             m.add_module(name, child)
     else:
         raise SavedModelError(f"unknown module kind {kind!r:.80}")
-    for name, info in spec["params"].items():
+    for name, info in spec["parameters"].items():
         m.register_parameter(name, None if info is None else
                              nn.Parameter(tensors[path + name], requires_grad=bool(info["requires_grad"])))
     for name, info in spec["buffers"].items():
@@ -293,12 +295,14 @@ def load_quantized_model(path: Union[str, Path], map_location: Any = None) -> fx
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated, corrupted, or holding objects beyond plain data
-        raise SavedModelError(f"'{path}' is not a readable hwquant quantized-model file: {e}") from e
+        raise SavedModelError(f"'{path}' is not a readable hwquant quantized-model file (truncated, corrupted, "
+                              f"or holding objects other than plain data and tensors): {e}") from e
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SavedModelError(f"'{path}' is not a hwquant quantized-model file (no '{FORMAT}' tag; a plain state "
                               "dict or other torch file?); write one with save_quantized_model")
     if data.get("version") != VERSION:
-        raise SavedModelError(f"'{path}' has format version {data.get('version')!r}; this hwquant reads version {VERSION}")
+        raise SavedModelError(f"'{path}' has format version {data.get('version')!r}; "
+                              f"this hwquant reads version {VERSION}")
     try:
         return _rebuild(data)
     except SavedModelError as e:
@@ -330,24 +334,20 @@ def _rebuild_graph(records: Any, root: nn.Module) -> fx.Graph:
             _identifier(key, "keyword argument")
         if op == "call_function":
             target = _resolve_function(target)
-            if target is getattr and not (len(args) == 2 and isinstance(args[1], str) and not args[1].startswith("_")):
-                raise SavedModelError(f"node '{name}': getattr is allowed only with a literal public attribute name")
+            if target is getattr and not (len(args) == 2 and _tensor_attr(args[1])):
+                raise SavedModelError(f"node '{name}': getattr is allowed only with a literal public torch.Tensor "
+                                      f"attribute name, not {args[1:]!r:.80}")
         elif op == "call_method":
-            target = _check_method(target)
+            if not _tensor_attr(target):
+                raise SavedModelError(f"method {target!r:.80} is not a public torch.Tensor method")
         elif op == "placeholder":
             _identifier(target.lstrip("*") if isinstance(target, str) else target, "input name")
         elif op in ("get_attr", "call_module"):
             if not (isinstance(target, str) and _PATH.match(target)):
                 raise SavedModelError(f"node '{name}' has invalid target {target!r:.80}")
-            if op == "get_attr" and not isinstance(_walk(root, target), torch.Tensor):
+            if op == "get_attr" and not isinstance(functools.reduce(getattr, target.split("."), root), torch.Tensor):
                 raise SavedModelError(f"node '{name}' reads '{target}', which is not a saved tensor")
         elif op != "output":
             raise SavedModelError(f"node '{name}' has unknown op {op!r:.80}")
         env[name] = graph.create_node(op, target, args, kwargs, name=name)
     return graph
-
-
-def _walk(obj: Any, target: str) -> Any:
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
