@@ -9,4 +9,7 @@ def __getattr__(name):
     if name in ("mctq_inference_session", "lower_mctq"):
         from hwquant.exporter import onnx_runtime
         return getattr(onnx_runtime, name)
+    if name in ("save_quantized_model", "load_quantized_model", "SavedModelError"):
+        from hwquant.torch import saved_model
+        return getattr(saved_model, name)
     raise AttributeError(f"module 'hwquant.exporter' has no attribute {name!r}")
