@@ -83,6 +83,8 @@ def integer_activations(model: onnx.ModelProto) -> int:
         if bounds is None or ed.is_graph_output(source) or len(ed.consumers(source)) != 1:
             continue
         scale, zp = qparams
+        if zp.dtype.itemsize != 1:  # ONNX Runtime's Clip has 8-bit integer kernels only
+            continue
         qlo, qhi = (_bound_index(b, scale, zp) for b in bounds)
         if qlo is None or qhi is None:
             continue

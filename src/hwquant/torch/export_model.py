@@ -88,7 +88,10 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int) -> on
 def to_torchscript(model: nn.Module, example: Sequence[torch.Tensor], extra_files: Dict[str, str]) -> bytes:
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated in favour of torch.export
         traced = torch.jit.trace(copy.deepcopy(model).eval(), tuple(example), check_trace=False)
     buffer = io.BytesIO()
-    torch.jit.save(traced, buffer, _extra_files=extra_files)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(traced, buffer, _extra_files=extra_files)
     return buffer.getvalue()
