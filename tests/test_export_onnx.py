@@ -111,12 +111,15 @@ def _output_steps(q):
     return [q.get_submodule(n.target).activation_holder_quantizer.scale.item() for n in leaves]
 
 
-def _assert_parity(q, sess, inputs, min_fraction=0.999):
+def _assert_parity(q, sess, inputs, min_fraction=0.999, min_identical=0.0):
+    """At least `min_fraction` of the outputs within one step of the output quantizer of the simulated
+    model's, and at least `min_identical` bitwise equal."""
     with torch.no_grad():
         ref = torch.utils._pytree.tree_leaves(q(*inputs))
     for r, o, step in zip(ref, _run(sess, inputs), _output_steps(q)):
         within = np.abs(o - r.numpy()) <= step * 1.0001
         assert within.mean() >= min_fraction, f"only {within.mean():.4%} within one step"
+        assert (o == r.numpy()).mean() >= min_identical, f"only {(o == r.numpy()).mean():.4%} identical"
 
 
 def _export(q, path, cls, **kw):
@@ -137,7 +140,9 @@ def test_qdq_export_runs_on_integer_kernels_and_matches_the_simulation(quantized
     fused = {n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node}
     assert "QLinearConv" in fused and "Conv" not in fused  # every convolution runs in integers
     fresh = _data(cls, n=1, batch=64, seed=123)[0]
-    _assert_parity(q, sess, fresh)
+    # the simulation runs convolutions as integer kernels do (core.integer_accumulation): with
+    # power-of-two activation scales ONNX Runtime's int8 kernels give the very same outputs
+    _assert_parity(q, sess, fresh, min_identical=0.999)
 
 
 def test_weights_are_stored_as_integers_on_the_simulated_grid(quantized, tmp_path):

@@ -12,8 +12,8 @@ kernels (QLinearConv, QGemm, QLinearAdd, ...). The simulated model does not alwa
 * Ops that only move values (MaxPool, Flatten, Reshape, ...) have no quantizer after them; their output
   lies on their input's grid, so re-quantizing it with that grid is the identity and gives the next
   weighted layer its DequantizeLinear input: :func:`requantize_value_preserving_ops`.
-* Integer kernels take the bias as int32 on the scale ``s_input * s_weight``: :func:`quantize_biases`.
-  (The relative error of that rounding is ~2**-31 of the accumulator range.)
+* Integer kernels take the bias as int32 on the scale ``s_input * s_weight``: :func:`quantize_biases`,
+  rounded as the simulated model rounds it (``core.integer_accumulation``).
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from typing import Optional, Tuple
 import numpy as np
 import onnx
 
+from hwquant.core.integer_accumulation import accumulator_bias
 from hwquant.exporter.onnx_graph import GraphEditor, attrs_of
 
 VALUE_PRESERVING_OPS = {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",
                         "Slice", "Gather", "Dropout"}
-_INT32 = np.iinfo(np.int32)
 
 
 def _per_tensor_qparams(ed: GraphEditor, node: Optional[onnx.NodeProto]) -> Optional[Tuple[float, np.ndarray]]:
@@ -134,16 +134,14 @@ def quantize_biases(model: onnx.ModelProto) -> int:
         w_scale = ed.constant(w_dq.input[1])
         if ed.initializer(w_dq.input[0]) is None or w_scale is None:
             continue
-        b = onnx.numpy_helper.to_array(bias).astype(np.float64)
-        b_scale = (np.float32(x_q[0]) * w_scale.astype(np.float32)).astype(np.float32)
-        b_scale = np.broadcast_to(b_scale, b.shape).copy()
-        qb = np.round(b / b_scale.astype(np.float64))
-        if not np.isfinite(qb).all() or qb.min() < _INT32.min or qb.max() > _INT32.max:
+        on_grid = accumulator_bias(onnx.numpy_helper.to_array(bias), x_q[0], w_scale)
+        if on_grid is None:
             continue
+        qb, b_scale = on_grid
         dq_out = ed.fresh(f"{node.input[2]}_dequantized")
         inputs = [ed.add_initializer(qb.astype(np.int32), f"{node.input[2]}_quantized"),
                   ed.add_initializer(b_scale, f"{node.input[2]}_scale"),
-                  ed.add_initializer(np.zeros(b.shape, np.int32), f"{node.input[2]}_zero_point")]
+                  ed.add_initializer(np.zeros(qb.shape, np.int32), f"{node.input[2]}_zero_point")]
         ed.insert_after(w_dq, [ed.node("DequantizeLinear", inputs, [dq_out], axis=0)])
         node.input[2] = dq_out
         done += 1

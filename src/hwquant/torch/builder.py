@@ -13,14 +13,31 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 from torch import nn
 
 from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
+from hwquant.core.integer_accumulation import input_grid
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 
 def _attr_name(name: str) -> str:
     return re.sub(r"\W", "_", name)
+
+
+# torch layers, functions and tensor methods that only move values (see core.integer_accumulation).
+_MOVING_LAYERS = (nn.Flatten, nn.Unflatten, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.Dropout, nn.Identity)
+_MOVING_FUNCTIONS = {torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, torch.transpose, torch.permute,
+                     F.max_pool1d, F.max_pool2d, F.max_pool3d, F.dropout}
+_MOVING_METHODS = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "contiguous"}
+
+
+def _moves_values(node: Node) -> bool:
+    if node.kind == NodeKind.MODULE:
+        return isinstance(node.call_target, _MOVING_LAYERS)
+    if node.kind == NodeKind.FUNCTION:
+        return node.call_target in _MOVING_FUNCTIONS
+    return node.kind == NodeKind.METHOD and node.call_target in _MOVING_METHODS
 
 
 def make_layer(node: Node) -> nn.Module:
@@ -50,6 +67,11 @@ class QuantizerFactory:
                 out[attr] = InferableQuantizer(wc.weights_quantization_method, wc.weights_n_bits,
                                                wc.weights_quantization_params, channel_axis=axis, target="weights")
         return out
+
+    def input_scale(self, graph: Graph, node: Node) -> Optional[float]:
+        """Scale of the grid the node's input lies on (None: unknown), for the integer-kernel path."""
+        grid = input_grid(graph, node, _moves_values)
+        return None if grid is None else float(grid.scale)
 
     def activation(self, node: Node) -> Optional[InferableQuantizer]:
         cfg = node.final_config
@@ -92,7 +114,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             layer = make_layer(node)
             wq = quantizers.weights(node) if quantizers else {}
             if wq:
-                layer = PytorchQuantizationWrapper(layer, wq)
+                layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
             out = g.call_module(register(node.name, layer), args, kwargs)
         elif node.kind == NodeKind.FUNCTION:
             out = g.call_function(node.call_target, args, kwargs)

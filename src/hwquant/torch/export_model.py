@@ -71,9 +71,9 @@ def _input_names(model: nn.Module, n: int) -> List[str]:
 
 def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int) -> onnx.ModelProto:
     """The model as ONNX with marker nodes, batch dimension dynamic on every input and output."""
-    marked = _with_markers(model)
     with torch.no_grad():
-        outputs = marked(*example)
+        outputs = model(*example)
+    marked = _with_markers(model)
     n_out = len(torch.utils._pytree.tree_leaves(outputs))
     inputs, out_names = _input_names(model, len(example)), [f"output_{i}" for i in range(n_out)]
     buffer = io.BytesIO()

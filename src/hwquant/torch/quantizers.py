@@ -12,10 +12,12 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from hwquant.constants import LUT_VALUES, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
 from hwquant.core import quant_math
+from hwquant.core.integer_accumulation import accumulator_bias
 from hwquant.tpc.enums import QuantizationMethod
 
 
@@ -85,21 +87,66 @@ class PytorchActivationQuantizationHolder(nn.Module):
 
 class PytorchQuantizationWrapper(nn.Module):
     """A layer whose weights pass through their quantizers on every call (so a trainable quantizer
-    sees its gradients); the float weights stay in `layer`."""
+    sees its gradients); the float weights stay in `layer`.
 
-    def __init__(self, module: nn.Module, weights_quantizers: Dict[str, InferableQuantizer]):
+    With ``input_scale`` (the scale of the per-tensor grid its input lies on) a convolution or
+    linear layer with an affine-quantized kernel runs as its integer kernel would, exactly
+    (``core.integer_accumulation``): integer products summed in float64, the bias rounded onto the
+    accumulator's grid, one float32 rounding at the end. The float path is kept for ONNX export
+    (where ONNX Runtime's integer kernels take over) and wherever the input grid is unknown.
+    """
+
+    def __init__(self, module: nn.Module, weights_quantizers: Dict[str, InferableQuantizer],
+                 input_scale: Optional[float] = None):
         super().__init__()
         self.layer = module
         self.weights_quantizers = nn.ModuleDict(weights_quantizers)
+        integer = input_scale is not None and _integer_kernel(module, self.weights_quantizers) is not None
+        self.register_buffer("input_scale", torch.tensor(float(input_scale)) if integer else None)
 
     def quantized_weights(self) -> Dict[str, torch.Tensor]:
         return {name: q(getattr(self.layer, name)) for name, q in self.weights_quantizers.items()}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self.input_scale is not None and len(args) == 1 and not kwargs and not torch.onnx.is_in_onnx_export():
+            return self._integer_forward(args[0])
         weights = self.quantized_weights()
         if torch.jit.is_tracing():  # the stateless API refuses tracing (TorchScript / ONNX export)
             return _call_with_tensors(self.layer, weights, args, kwargs)
         return torch.func.functional_call(self.layer, weights, args, kwargs, strict=False)
+
+    def _integer_forward(self, x: torch.Tensor) -> torch.Tensor:
+        wq: InferableQuantizer = self.weights_quantizers["weight"]
+        grid = wq.grid()
+        w = self.layer.weight
+        w_int = (quant_math.quantize(w, grid) - quant_math.per_channel_view(grid.zero_point, w, grid.axis)).double()
+        x_int = torch.round(x.double() / self.input_scale.double())  # x = (q - zp) * s exactly: this is q - zp
+        acc = _integer_kernel(self.layer, self.weights_quantizers)(x_int, w_int)
+        scale = self.input_scale.float() * wq.scale.float()
+        shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
+        bias = getattr(self.layer, "bias", None)
+        if bias is not None:
+            if "bias" in self.weights_quantizers:
+                bias = self.weights_quantizers["bias"](bias)
+            on_grid = accumulator_bias(bias, self.input_scale, wq.scale)
+            if on_grid is None:  # beyond int32: integer kernels keep such a bias in float too
+                return acc.float() * scale.reshape(shape) + bias.reshape(shape)
+            acc = acc + on_grid[0].reshape(shape)
+        return acc.float() * (scale if scale.numel() == 1 else scale.reshape(shape))
+
+
+def _integer_kernel(layer: nn.Module, quantizers: nn.ModuleDict):
+    """The layer's integer-kernel function (x_int, w_int) -> accumulator, or None if it has none."""
+    wq = quantizers["weight"] if "weight" in quantizers else None
+    if wq is None or wq._lut or (wq.channel_axis not in (None, 0)):
+        return None
+    if type(layer) is nn.Linear:
+        return lambda x, w: F.linear(x, w)
+    convs = {nn.Conv1d: F.conv1d, nn.Conv2d: F.conv2d, nn.Conv3d: F.conv3d}
+    if type(layer) in convs and layer.padding_mode == "zeros":
+        conv = convs[type(layer)]
+        return lambda x, w: conv(x, w, None, layer.stride, layer.padding, layer.dilation, layer.groups)
+    return None
 
 
 def _call_with_tensors(layer: nn.Module, tensors: Dict[str, torch.Tensor], args: tuple, kwargs: dict) -> Any:
