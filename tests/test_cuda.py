@@ -1,0 +1,72 @@
+"""On a CUDA device (skipped without one): calibration runs where the model is, the quantized model
+lives there, its integer-kernel layers give the CPU's outputs bit for bit, and it exports and
+saves like a CPU model."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hwquant as mct
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.pw = nn.Conv2d(16, 16, 1)
+        self.fc = nn.Linear(16 * 8 * 8, 10)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = y + self.pw(self.dw(y))
+        return self.fc(torch.flatten(F.max_pool2d(y, 2), 1))
+
+
+def _data(device):
+    g = torch.Generator().manual_seed(0)
+    return [[torch.randn(16, 3, 16, 16, generator=g).to(device)] for _ in range(4)]
+
+
+def _quantize(device):
+    torch.manual_seed(0)
+    model = Net().eval().to(device)
+    data = _data(device)
+    return mct.ptq.pytorch_post_training_quantization(model, lambda: iter(data))[0]
+
+
+def test_ptq_on_cuda_matches_cpu():
+    q_gpu, q_cpu = _quantize("cuda"), _quantize("cpu")
+    assert all(b.device.type == "cuda" for b in q_gpu.buffers())
+    assert all(p.device.type == "cuda" for p in q_gpu.parameters())
+    # same thresholds (statistics on the GPU agree with the CPU's)
+    holders = lambda q: {n: m.activation_holder_quantizer.scale.item() for n, m in q.named_modules()  # noqa: E731
+                         if n.endswith("activation_holder")}
+    assert holders(q_gpu) == holders(q_cpu)
+    x = torch.randn(32, 3, 16, 16)
+    with torch.no_grad():
+        out_gpu, out_cpu = q_gpu(x.cuda()).cpu(), q_cpu(x)
+    # integer-kernel layers are exact on both devices: the outputs agree bit for bit
+    assert (out_gpu == out_cpu).double().mean() >= 0.999
+
+
+def test_export_and_save_from_cuda(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    q = _quantize("cuda")
+    data = _data("cuda")
+    path = mct.exporter.pytorch_export_model(q, tmp_path / "m.onnx", lambda: iter(data),
+                                             quantization_format=mct.exporter.QuantizationFormat.FAKELY_QUANT)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(8, 3, 16, 16)
+    out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        ref = q(x.cuda()).cpu().numpy()
+    assert (out == ref).mean() >= 0.999
+    saved = mct.exporter.save_quantized_model(q, tmp_path / "q.pt")
+    loaded = mct.exporter.load_quantized_model(saved, map_location="cuda")
+    with torch.no_grad():
+        assert torch.equal(loaded(x.cuda()), q(x.cuda()))
+    np.testing.assert_array_equal(q(x.cuda()).detach().cpu().numpy(), ref)
