@@ -9,7 +9,9 @@ import pytest
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "hwquant"
 FRAMEWORKS = ("torch", "tensorflow", "keras")
 FRAMEWORK_FREE = ["core", "tpc", "target_platform_capabilities", "trainable_infrastructure/config.py",
-                  "target_platform.py", "constants.py", "errors.py", "fileio.py", "logger.py"]
+                  "target_platform.py", "constants.py", "errors.py", "fileio.py", "logger.py",
+                  "exporter/formats.py", "exporter/quantizer_spec.py", "exporter/onnx_graph.py",
+                  "exporter/onnx_lowering.py", "exporter/onnx_int8.py", "exporter/onnx_runtime.py"]
 
 
 @pytest.mark.parametrize("module", ["hwquant", "hwquant.core", "hwquant.tpc", "hwquant.target_platform_capabilities",
@@ -19,6 +21,12 @@ def test_importing_loads_no_framework(module):
             f"print([m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"importing {module} loaded {out}"
+
+
+def test_importing_hwquant_loads_no_onnx():
+    # onnx / onnxruntime load only when an export or an MCTQ session asks for them
+    code = "import sys, hwquant; print([m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime')])"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
 def _imports(path: pathlib.Path):
