@@ -117,11 +117,9 @@ class PytorchQuantizationWrapper(nn.Module):
 
     def _integer_forward(self, x: torch.Tensor) -> torch.Tensor:
         wq: InferableQuantizer = self.weights_quantizers["weight"]
-        grid = wq.grid()
-        w = self.layer.weight
-        w_int = (quant_math.quantize(w, grid) - quant_math.per_channel_view(grid.zero_point, w, grid.axis)).double()
-        x_int = torch.round(x.double() / self.input_scale.double())  # x = (q - zp) * s exactly: this is q - zp
-        acc = _integer_kernel(self.layer, self.weights_quantizers)(x_int, w_int)
+        w_int = self._integer_weights(wq)
+        x_int = torch.round(x.float() / self.input_scale)  # x = (q - zp) * s exactly: this is q - zp
+        acc = _accumulate(_integer_kernel(self.layer, self.weights_quantizers), x_int, w_int)
         scale = self.input_scale.float() * wq.scale.float()
         shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
         bias = getattr(self.layer, "bias", None)
@@ -133,6 +131,38 @@ class PytorchQuantizationWrapper(nn.Module):
                 return acc.float() * scale.reshape(shape) + bias.reshape(shape)
             acc = acc + on_grid[0].reshape(shape)
         return acc.float() * (scale if scale.numel() == 1 else scale.reshape(shape))
+
+    def _integer_weights(self, wq: InferableQuantizer) -> torch.Tensor:
+        """``q_w - zp_w`` (float32, exact), cached until the weights or their grid change."""
+        w = self.layer.weight
+        key = (w.data_ptr(), w._version, w.device, wq.scale.data_ptr(), wq.scale._version)
+        cached = self.__dict__.get("_w_int_cache")
+        if cached is None or cached[0] != key:
+            grid = wq.grid()
+            with torch.no_grad():
+                w_int = quant_math.quantize(w, grid) - quant_math.per_channel_view(grid.zero_point, w, grid.axis)
+            cached = self.__dict__["_w_int_cache"] = (key, w_int)
+        return cached[1]
+
+
+_F32_EXACT = 2.0 ** 24  # integers up to here are exact in float32, whatever the order of the sums
+
+
+def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor) -> torch.Tensor:
+    """The exact integer accumulator (float64). float32 kernels where every partial sum stays below
+    2**24 (a bound from the largest |x| and |w| and the terms per output), else x split into its high
+    and low 4 bits (two float32 passes), else float64; always float64 on CUDA (TF32 would round)."""
+    if x_int.is_cuda:
+        return kernel(x_int.double(), w_int.double())
+    terms, w_max = w_int[0].numel(), float(w_int.abs().max())
+    x_max = float(x_int.abs().max()) if x_int.numel() else 0.0
+    if terms * x_max * w_max < _F32_EXACT:
+        return kernel(x_int, w_int).double()
+    high = torch.floor(x_int / 16)
+    low = x_int - 16 * high
+    if terms * max(float(high.abs().max()), 15.0) * w_max < _F32_EXACT:
+        return 16 * kernel(high, w_int).double() + kernel(low, w_int).double()
+    return kernel(x_int.double(), w_int.double())
 
 
 def _integer_kernel(layer: nn.Module, quantizers: nn.ModuleDict):
