@@ -14,7 +14,7 @@ bit-operations (BOPs), for the final configs or for any choice of candidates.
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,37 +44,48 @@ def _elements(shape) -> int:
     return int(np.prod(shape[1:])) if len(shape) > 0 else 1  # per sample: drop the batch dimension
 
 
+def node_activation_bits(cfg: Optional[NodeQuantizationConfig]) -> int:
+    """Bits of a node's output under `cfg` (32 when not quantized); see `bits_source` for preserving nodes."""
+    a = cfg.activation_quantization_cfg if cfg else None
+    return a.activation_n_bits if a is not None and a.enable_activation_quantization else FLOAT_BITWIDTH
+
+
+def bits_source(graph: Graph, node: Node) -> Node:
+    """The node whose config sets `node`'s output bits: itself, or for a quantization-preserving node
+    the source of its first input."""
+    while node.candidates and node.inputs:
+        a = node.candidates[0].activation_quantization_cfg
+        if not (a.quantization_preserving and a.enable_activation_quantization):
+            break
+        node = graph.node(node.inputs[0])
+    return node
+
+
 def activation_bits(graph: Graph, config_of: ConfigOf) -> Dict[str, int]:
     """The bit width of each node's output tensor."""
-    bits: Dict[str, int] = {}
-    for node in graph:
-        cfg = config_of(node)
-        a = cfg.activation_quantization_cfg if cfg else None
-        if a is not None and a.quantization_preserving and node.inputs:
-            bits[node.name] = bits[node.inputs[0]]
-        elif a is not None and a.enable_activation_quantization:
-            bits[node.name] = a.activation_n_bits
-        else:
-            bits[node.name] = FLOAT_BITWIDTH
-    return bits
+    return {node.name: node_activation_bits(config_of(bits_source(graph, node))) for node in graph}
 
 
-def weights_memory(graph: Graph, config_of: ConfigOf) -> float:
+def node_weights_bytes(node: Node, cfg: Optional[NodeQuantizationConfig]) -> float:
+    """Every weight of the node at its bit width (unquantized ones at 32 bits)."""
+    attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
     total = 0.0
-    for node in graph:
-        cfg = config_of(node)
-        attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
-        for key, w in node.weights.items():
-            if node.kind == NodeKind.MODULE and key in ("running_mean", "running_var", "num_batches_tracked"):
-                continue
-            wc = attrs.get(key)
-            bits = wc.weights_n_bits if wc is not None and wc.enable_weights_quantization else FLOAT_BITWIDTH
-            total += w.size * bits / 8
+    for key, w in node.weights.items():
+        if node.kind == NodeKind.MODULE and key in ("running_mean", "running_var", "num_batches_tracked"):
+            continue
+        wc = attrs.get(key)
+        bits = wc.weights_n_bits if wc is not None and wc.enable_weights_quantization else FLOAT_BITWIDTH
+        total += w.size * bits / 8
     return total
 
 
-def activation_memory(graph: Graph, config_of: ConfigOf) -> float:
-    bits = activation_bits(graph, config_of)
+def weights_memory(graph: Graph, config_of: ConfigOf) -> float:
+    return sum(node_weights_bytes(node, config_of(node)) for node in graph)
+
+
+def live_sets(graph: Graph) -> List[List[Node]]:
+    """The activation tensors alive at each step of the execution schedule (topological order): a
+    tensor lives from its producer until its last reader (model outputs until the end)."""
     nodes = list(graph)
     last_use = {n.name: i for i, n in enumerate(nodes)}
     for i, n in enumerate(nodes):
@@ -82,33 +93,53 @@ def activation_memory(graph: Graph, config_of: ConfigOf) -> float:
             last_use[src] = max(last_use[src], i)
     for out in graph.output_names():
         last_use[out] = len(nodes)
-    live: Dict[str, float] = {}
-    peak = 0.0
+    live: Dict[str, Node] = {}
+    steps = []
     for i, n in enumerate(nodes):
         if n.kind != NodeKind.CONSTANT:
-            live[n.name] = _elements(n.output_shape) * bits[n.name] / 8
-        peak = max(peak, sum(live.values()))
+            live[n.name] = n
+        steps.append(list(live.values()))
         for name in [k for k in live if last_use[k] <= i]:
             del live[name]
-    return peak
+    return steps
+
+
+def activation_elements(node: Node) -> int:
+    return _elements(node.output_shape)
+
+
+def activation_memory(graph: Graph, config_of: ConfigOf) -> float:
+    bits = activation_bits(graph, config_of)
+    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph)),
+               default=0.0)
+
+
+def kernel_macs(node: Node, kernel_axes: Callable[[Node], Optional[tuple]],
+                kernel_attr: Callable[[Node], Optional[str]]) -> Optional[Tuple[str, float]]:
+    """(kernel attribute, multiply-accumulates per sample) of a layer with a kernel; MACs per output
+    element = kernel size / output channels (exact for convolutions and linear layers, an upper
+    bound for strided transposed ones)."""
+    attr, axes = kernel_attr(node), kernel_axes(node)
+    if attr is None or axes is None or attr not in node.weights or not node.inputs:
+        return None
+    w = node.weights[attr]
+    return attr, _elements(node.output_shape) * w.size / w.shape[axes[0]]
+
+
+def kernel_bits(cfg: Optional[NodeQuantizationConfig], attr: str) -> int:
+    wc = cfg.weights_quantization_cfg.attrs.get(attr) if cfg else None
+    return wc.weights_n_bits if wc is not None and wc.enable_weights_quantization else FLOAT_BITWIDTH
 
 
 def bops(graph: Graph, config_of: ConfigOf, kernel_axes: Callable[[Node], Optional[tuple]],
          kernel_attr: Callable[[Node], Optional[str]]) -> float:
-    """Multiply-accumulates x kernel bits x input bits; MACs per output element = kernel size / output
-    channels (exact for convolutions and linear layers, an upper bound for strided transposed ones)."""
+    """Multiply-accumulates x kernel bits x input activation bits, over the layers with a kernel."""
     bits = activation_bits(graph, config_of)
     total = 0.0
     for node in graph:
-        attr, axes = kernel_attr(node), kernel_axes(node)
-        if attr is None or axes is None or attr not in node.weights or not node.inputs:
-            continue
-        cfg = config_of(node)
-        wc = cfg.weights_quantization_cfg.attrs.get(attr) if cfg else None
-        w_bits = wc.weights_n_bits if wc is not None and wc.enable_weights_quantization else FLOAT_BITWIDTH
-        w = node.weights[attr]
-        macs = _elements(node.output_shape) * w.size / w.shape[axes[0]]
-        total += macs * w_bits * bits[node.inputs[0]]
+        km = kernel_macs(node, kernel_axes, kernel_attr)
+        if km is not None:
+            total += km[1] * kernel_bits(config_of(node), km[0]) * bits[node.inputs[0]]
     return total
 
 
