@@ -20,9 +20,6 @@ def _check_target(target: Optional[ResourceUtilization]) -> None:
         return
     if not isinstance(target, ResourceUtilization):
         raise InvalidConfigError(f"target_resource_utilization must be a ResourceUtilization, got {type(target).__name__}")
-    if target.is_any_restricted():
-        raise NotImplementedError("mixed precision under resource targets is not available in this version of "
-                                  "hwquant; call without target_resource_utilization for single precision")
 
 
 def pytorch_post_training_quantization(in_module: Any, representative_data_gen: Callable[[], Any],
@@ -51,12 +48,16 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     start = time.perf_counter()
     _check_target(target_resource_utilization)
     session = start_session(in_module, representative_data_gen, core_config, target_platform_capabilities)
+    session.state.target = target_resource_utilization
     graph, adapter = session.graph, session.adapter
     state = run_ptq(session.state, session.data, progress)
     model = adapter.build(state.graph, quantized=True).eval()
     attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
     info = UserInformation()
     info.final_resource_utilization = compute_resource_utilization(state.graph, final_config, adapter)
+    if state.report.get("mixed_precision_choice") is not None:
+        info.mixed_precision_cfg = state.report["mixed_precision_choice"]
+        info.mixed_precision_bit_widths = state.report["mixed_precision"]["bit_widths"]
     scales = state.report.get("input_scale") or {}
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)

@@ -135,6 +135,26 @@ def _restrict(node: Node, keep, what: str) -> None:
     node.candidates = kept
 
 
+def _quantization_key(c: NodeQuantizationConfig) -> tuple:
+    a = c.activation_quantization_cfg
+    weights = tuple(sorted((str(k), w.weights_n_bits, w.weights_quantization_method, w.weights_per_channel_threshold)
+                           for k, w in c.weights_quantization_cfg.attrs.items() if w.enable_weights_quantization))
+    return (a.activation_n_bits, a.activation_quantization_method) if a.quantized else None, weights
+
+
+def remove_duplicate_candidates(graph: Graph) -> None:
+    """Candidates that quantize alike (e.g. 8- and 16-bit activation options of a node whose activation
+    a fusing pattern switched off) collapse into the first of them: the search needs each choice once."""
+    for node in graph:
+        seen, kept = set(), []
+        for c in node.candidates:
+            key = _quantization_key(c)
+            if key not in seen:
+                seen.add(key)
+                kept.append(c)
+        node.candidates = kept
+
+
 def select_base_configs(graph: Graph) -> None:
     """Without mixed precision every node takes its first (base) candidate."""
     for node in graph:

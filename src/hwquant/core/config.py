@@ -565,6 +565,8 @@ class UserInformation:
     gptq_info_dict: dict = field(default_factory=dict)
     mixed_precision_cfg: Optional[List[int]] = None
     final_resource_utilization: Optional[ResourceUtilization] = None
+    # hwquant's own: {node name: (activation bits, {weight attribute: bits})} of the mixed-precision choice
+    mixed_precision_bit_widths: Optional[Dict[str, Any]] = None
 
     def set_input_scale(self, scale: float) -> None:
         self.input_scale = scale

@@ -1,8 +1,8 @@
 """The one ordered pipeline every facade runs (PTQ; GPTQ, QAT and mixed precision start from it).
 
     capture (framework) -> prepare (BN folding, ReLU bound, collapsing, candidates, fusing,
-    equalization, edits) -> calibrate -> select configs -> parameters -> corrections (input scaling,
-    shift-negative, bias correction) -> build (framework)
+    equalization, edits) -> calibrate -> select configs (mixed precision under resource targets) ->
+    parameters -> corrections (input scaling, shift-negative, bias correction) -> build (framework)
 
 Reading `run_ptq` tells the whole data flow; each stage lives in its own module.
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
 from hwquant.core import candidates as cand
-from hwquant.core.config import CoreConfig
+from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph
+from hwquant.core.mixed_precision.selection import select_mixed_precision
 from hwquant.core.node_config import NodeQuantizationConfig
 from hwquant.core.params import activation_quantization_params, weights_quantization_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs
@@ -49,6 +50,7 @@ class PipelineState:
     fused_groups: List[List[str]] = field(default_factory=list)
     statistics: Dict[str, TensorStatistics] = field(default_factory=dict)
     report: Dict[str, Any] = field(default_factory=dict)
+    target: Optional[ResourceUtilization] = None  # mixed precision when any figure is restricted
 
 
 def prepare(state: PipelineState) -> None:
@@ -71,6 +73,7 @@ def prepare(state: PipelineState) -> None:
         state.report["equalized"] = equalize_activation_channels(g, adapter, priors)
     cand.apply_network_editor(g, state.core_config, final=False)
     cand.apply_manual_bit_widths(g, state.core_config, adapter)
+    cand.remove_duplicate_candidates(g)
     if qc.input_scaling:
         check_input_scaling(g, adapter)  # refuse before the long calibration pass
 
@@ -152,6 +155,9 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
     prepare(state)
     calibrate(state, data, progress)
     cand.select_base_configs(state.graph)
+    if state.target is not None and state.target.is_any_restricted():
+        compute_parameters(state, all_candidates=True)  # the sensitivity model quantizes with every candidate
+        state.report["mixed_precision_choice"] = select_mixed_precision(state, state.target, data)
     cand.apply_network_editor(state.graph, state.core_config, final=True)
     compute_parameters(state)
     qc = state.core_config.quantization_config

@@ -71,6 +71,11 @@ class PytorchAdapter(PytorchCorrectionFacts):
     def bias_attr(self, node: Node) -> Optional[str]:
         return "bias" if self.kernel_axes(node) is not None else None
 
+    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Any], data: Iterable[List[Any]],
+                                    mp_config: Any) -> List[List[float]]:
+        from hwquant.torch.mixed_precision import candidate_sensitivity
+        return candidate_sensitivity(graph, configurable, data, mp_config, self.device)
+
     def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)
 

@@ -1,0 +1,73 @@
+"""Mixed precision: choose each configurable node's candidate under the resource targets.
+
+    targets met by the base configs  -> single precision, no search
+    a target below its minimum       -> InvalidConfigError with every target's minimum
+    configuration_overwrite          -> that choice (checked against the candidates)
+    otherwise                        -> sensitivities (framework adapter), integer program, refinement
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, Optional
+
+from hwquant.core.config import ResourceUtilization, RUTarget
+from hwquant.core.mixed_precision.resources import ResourceModel
+from hwquant.core.mixed_precision.search import minimum, refine, search
+from hwquant.errors import InvalidConfigError
+
+log = logging.getLogger("hwquant.mixed_precision")
+_FIELD = {RUTarget.WEIGHTS: "weights_memory", RUTarget.ACTIVATION: "activation_memory",
+          RUTarget.TOTAL: "total_memory", RUTarget.BOPS: "bops"}
+_UNIT = {RUTarget.WEIGHTS: "bytes", RUTarget.ACTIVATION: "bytes", RUTarget.TOTAL: "bytes", RUTarget.BOPS: "bit-operations"}
+
+
+def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], jointly: bool) -> InvalidConfigError:
+    lines = [f"{_FIELD[t]}={targets[t]:.6g} {_UNIT[t]} (smallest reachable: {minima[t]:.6g})" for t in targets]
+    what = ("no choice of candidates meets these targets together, though each alone is reachable"
+            if jointly else "the resource target is below what the smallest candidates reach")
+    return InvalidConfigError(f"{what}: {'; '.join(lines)}. Raise the target(s), or allow fewer bits in the "
+                              "TPC's options (mixed-precision candidates)")
+
+
+def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sensitivity: Any) -> Optional[List[int]]:
+    """Set the final config of every configurable node; returns the chosen candidate indices (None
+    when the base configs already meet the targets). `state` is the pipeline state."""
+    graph, adapter = state.graph, state.adapter
+    mp = state.core_config.mixed_precision_config
+    targets = target.get_resource_utilization_dict(restricted_only=True)
+    configurable = [n for n in graph if len(n.candidates) > 1]
+    model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
+    base = [0] * len(configurable)
+    if all(model.value(t, base) <= limit for t, limit in targets.items()) and mp.configuration_overwrite is None:
+        log.info("the base configuration meets every target: single precision, no search")
+        return None
+    minima = {t: minimum(model, t) for t in targets}
+    if any(minima[t] > limit for t, limit in targets.items()):
+        raise _unreachable(targets, minima, jointly=False)
+    if mp.configuration_overwrite is not None:
+        choice = _checked_overwrite(mp.configuration_overwrite, configurable)
+    else:
+        sensitivity = adapter.mixed_precision_sensitivity(graph, configurable, data_for_sensitivity, mp)
+        choice = search(model, sensitivity, targets)
+        if choice is None:
+            raise _unreachable(targets, minima, jointly=True)
+        if mp.refine_mp_solution:
+            choice = refine(model, choice, sensitivity, targets)
+    for node, c in zip(configurable, choice):
+        node.final_config = node.candidates[c].clone()
+    state.report["mixed_precision"] = {"choice": choice, "bit_widths": {n.name: n.candidates[c].bit_widths()
+                                                                           for n, c in zip(configurable, choice)},
+                                       "figures": {t.name: v for t, v in model.figures(choice).items()}}
+    return choice
+
+
+def _checked_overwrite(overwrite: List[int], configurable: List[Any]) -> List[int]:
+    if len(overwrite) != len(configurable):
+        raise InvalidConfigError(f"configuration_overwrite has {len(overwrite)} entries but the model has "
+                                 f"{len(configurable)} configurable nodes ({[n.name for n in configurable][:8]}...); "
+                                 "give one candidate index per configurable node, in graph order")
+    bad = [(n.name, c, len(n.candidates)) for n, c in zip(configurable, overwrite) if c >= len(n.candidates)]
+    if bad:
+        raise InvalidConfigError(f"configuration_overwrite: candidate index out of range at {bad[:5]} "
+                                 "(node, index, number of candidates)")
+    return list(overwrite)
