@@ -4,7 +4,8 @@ bit-operations (BOPs), for the final configs or for any choice of candidates.
 - Weights memory (bytes): every weight tensor of the model at its bit width (quantized attributes
   at their n_bits, the rest, such as float biases, at 32 bits).
 - Activation memory (bytes, one sample): the peak, over the execution schedule (the graph's
-  topological order), of the activation tensors alive at once. A tensor lives from the node that
+  topological order), of the activation tensors alive at once (tensors inside a fused group are
+  never stored, so they do not count). A tensor lives from the node that
   produces it until its last reader has run; its size is its elements times its bit width (the
   node's activation bits when quantized, 32 bits otherwise; quantization-preserving nodes keep
   their input's width).
@@ -85,7 +86,8 @@ def weights_memory(graph: Graph, config_of: ConfigOf) -> float:
 
 def live_sets(graph: Graph) -> List[List[Node]]:
     """The activation tensors alive at each step of the execution schedule (topological order): a
-    tensor lives from its producer until its last reader (model outputs until the end)."""
+    tensor lives from its producer until its last reader (model outputs until the end). Tensors
+    inside a fused group (a convolution's output before its activation) are never stored."""
     nodes = list(graph)
     last_use = {n.name: i for i, n in enumerate(nodes)}
     for i, n in enumerate(nodes):
@@ -96,7 +98,7 @@ def live_sets(graph: Graph) -> List[List[Node]]:
     live: Dict[str, Node] = {}
     steps = []
     for i, n in enumerate(nodes):
-        if n.kind != NodeKind.CONSTANT:
+        if n.kind != NodeKind.CONSTANT and n.fused_into in (None, n.name):
             live[n.name] = n
         steps.append(list(live.values()))
         for name in [k for k in live if last_use[k] <= i]:

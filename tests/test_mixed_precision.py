@@ -1,0 +1,208 @@
+"""Mixed precision: the resource model agrees with the resource figures, the integer program finds
+the brute-force optimum, targets are met (weights, activation, several at once), unreachable
+targets name their minimum, generous ones change nothing, and the user's overrides hold."""
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hwquant as mct
+from hwquant.core.config import RUTarget
+from hwquant.core.mixed_precision.resources import ResourceModel
+from hwquant.core.mixed_precision.search import minimum, refine, search
+from hwquant.core.pipeline import prepare
+from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+from hwquant.errors import InvalidConfigError
+from hwquant.torch.session import start_session
+
+RU = mct.core.ResourceUtilization
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6())
+        self.pw = nn.Conv2d(16, 32, 1)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = self.pw(self.dw(y) + y)
+        return self.head(F.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def _model():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+DATA = [[torch.randn(16, 3, 12, 12, generator=torch.Generator().manual_seed(i))] for i in range(4)]
+
+
+def gen():
+    return iter(DATA)
+
+
+def _tpc(version="1.0"):
+    return mct.get_target_platform_capabilities(version, "imx500")
+
+
+def _quantize(target=None, version="1.0", core_config=None):
+    return mct.ptq.pytorch_post_training_quantization(_model(), gen, target_resource_utilization=target,
+                                                      core_config=core_config or mct.core.CoreConfig(),
+                                                      target_platform_capabilities=_tpc(version))
+
+
+def _prepared(version):
+    session = start_session(_model(), gen, mct.core.CoreConfig(), _tpc(version))
+    prepare(session.state)
+    configurable = [n for n in session.graph if len(n.candidates) > 1]
+    adapter = session.adapter
+    return session.graph, configurable, ResourceModel(session.graph, configurable, adapter.kernel_axes,
+                                                      adapter.kernel_attr), adapter
+
+
+@pytest.fixture(scope="module")
+def max_ru():
+    return mct.core.pytorch_resource_utilization_data(_model(), gen, target_platform_capabilities=_tpc("4.0"))
+
+
+def test_resource_model_agrees_with_the_resource_figures():
+    graph, configurable, model, adapter = _prepared("4.0")
+    assert len(configurable) == 7 and any(len(n.candidates) == 6 for n in configurable)
+    for node in graph:
+        node.final_config = node.candidates[0] if node.candidates else None
+    for choice in itertools.islice(itertools.product(*[range(len(n.candidates)) for n in configurable]), 0, None, 37):
+        for node, c in zip(configurable, choice):
+            node.final_config = node.candidates[c]
+        ru = compute_resource_utilization(graph, final_config, adapter)
+        figures = model.figures(list(choice))
+        assert figures[RUTarget.WEIGHTS] == pytest.approx(ru.weights_memory)
+        assert figures[RUTarget.ACTIVATION] == pytest.approx(ru.activation_memory)
+        assert figures[RUTarget.TOTAL] == pytest.approx(ru.total_memory)
+        assert figures[RUTarget.BOPS] == pytest.approx(ru.bops)
+
+
+def test_integer_program_finds_the_brute_force_optimum():
+    _, configurable, model, _ = _prepared("4.0")
+    gen_ = torch.Generator().manual_seed(1)
+    sensitivity = [torch.rand(len(n.candidates), generator=gen_).tolist() for n in configurable]
+    choices = list(itertools.product(*[range(len(n.candidates)) for n in configurable]))
+    for target, fraction in ((RUTarget.WEIGHTS, 0.6), (RUTarget.ACTIVATION, 0.7), (RUTarget.BOPS, 0.5)):
+        values = [model.value(target, list(c)) for c in choices]
+        limit = min(values) + fraction * (max(values) - min(values))
+        best = min(sum(sensitivity[i][k] for i, k in enumerate(c)) for c, v in zip(choices, values) if v <= limit)
+        found = search(model, sensitivity, {target: limit})
+        assert model.value(target, found) <= limit + 1e-6
+        assert sum(sensitivity[i][k] for i, k in enumerate(found)) == pytest.approx(best)
+        assert minimum(model, target) == pytest.approx(min(values))
+        refined = refine(model, found, sensitivity, {target: limit})
+        assert model.value(target, refined) <= limit + 1e-6
+
+
+@pytest.mark.parametrize("fraction", [0.75, 0.5])
+def test_weights_memory_target(fraction):
+    _, reference = _quantize()
+    full = reference.final_resource_utilization.weights_memory
+    q, info = _quantize(RU(weights_memory=full * fraction))
+    assert info.final_resource_utilization.weights_memory <= full * fraction
+    assert info.mixed_precision_cfg is not None and len(info.mixed_precision_cfg) == 4
+    assert any(bits[1]["weight"] < 8 for bits in info.mixed_precision_bit_widths.values())
+    kernels = {n: m.weights_quantizers["weight"].num_bits for n, m in q.named_modules() if hasattr(m, "weights_quantizers")}
+    assert sorted(kernels.values()) == sorted(b[1]["weight"] for b in info.mixed_precision_bit_widths.values())
+    x = torch.randn(32, 3, 12, 12)
+    with torch.no_grad():
+        f, y = _model()(x), q(x)
+    assert 10 * math.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > (8 if fraction > 0.6 else 3)
+
+
+def _tpc_with_4_bit_activation_options():
+    """IMX500 1.0 whose quantized operator sets also offer 4-bit activations."""
+    tpc, sets = _tpc("1.0"), []
+    for opset in tpc.operator_set:
+        options = opset.qc_options or tpc.default_qco
+        if options.quantization_configurations[0].enable_activation_quantization:
+            cfgs = tuple(options.quantization_configurations)
+            cfgs += tuple(c.clone_and_edit(activation_n_bits=4) for c in cfgs)
+            base = options.base_config or cfgs[0]
+            options = options.model_copy(update={"quantization_configurations": cfgs, "base_config": base})
+            opset = opset.model_copy(update={"qc_options": options})
+        sets.append(opset)
+    return tpc.model_copy(update={"operator_set": tuple(sets)})
+
+
+def test_activation_memory_and_combined_targets():
+    tpc = _tpc_with_4_bit_activation_options()
+    run = lambda target: mct.ptq.pytorch_post_training_quantization(  # noqa: E731
+        _model(), gen, target_resource_utilization=target, target_platform_capabilities=tpc)
+    _, base = run(None)
+    low = base.final_resource_utilization
+    target = RU(activation_memory=low.activation_memory * 0.8)
+    q, info = run(target)
+    assert info.final_resource_utilization.activation_memory <= target.activation_memory
+    assert any(bits[0] == 4 for bits in info.mixed_precision_bit_widths.values())
+    both = RU(weights_memory=low.weights_memory * 0.6, activation_memory=low.activation_memory * 0.8)
+    _, info2 = run(both)
+    ru = info2.final_resource_utilization
+    assert ru.weights_memory <= both.weights_memory and ru.activation_memory <= both.activation_memory
+
+
+def test_target_above_the_maximum_is_single_precision(max_ru):
+    q, info = _quantize(RU(weights_memory=max_ru.weights_memory * 2, bops=max_ru.bops * 2))
+    plain, _ = _quantize()
+    assert info.mixed_precision_cfg is None
+    x = torch.randn(4, 3, 12, 12)
+    assert torch.equal(q(x), plain(x))
+
+
+def test_unreachable_targets_name_their_minimum():
+    with pytest.raises(InvalidConfigError, match=r"weights_memory=10 bytes \(smallest reachable: \d+"):
+        _quantize(RU(weights_memory=10))
+    with pytest.raises(InvalidConfigError, match=r"activation_memory=5 bytes \(smallest reachable: \d+.*bops"):
+        _quantize(RU(activation_memory=5, bops=1e12))
+
+
+def test_configuration_overwrite_and_its_errors():
+    _, reference = _quantize()
+    full = reference.final_resource_utilization.weights_memory
+    mp = mct.core.MixedPrecisionQuantizationConfig(configuration_overwrite=[2, 2, 1, 0])
+    _, info = _quantize(RU(weights_memory=full * 0.9), core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+    assert info.mixed_precision_cfg == [2, 2, 1, 0]
+    assert [b[1]["weight"] for b in info.mixed_precision_bit_widths.values()] == [2, 2, 4, 8]
+    for bad, match in (([0, 1], "has 2 entries but the model has 4"), ([0, 0, 0, 7], "out of range")):
+        mp = mct.core.MixedPrecisionQuantizationConfig(configuration_overwrite=bad)
+        with pytest.raises(InvalidConfigError, match=match):
+            _quantize(RU(weights_memory=full * 0.9), core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+
+
+def test_manual_bit_width_is_respected():
+    _, reference = _quantize()
+    full = reference.final_resource_utilization.weights_memory
+    bw = mct.core.BitWidthConfig()
+    bw.set_manual_weights_bit_width(mct.core.network_editor.NodeNameFilter("head"), 8, "kernel_attr")
+    q, info = _quantize(RU(weights_memory=full * 0.65), core_config=mct.core.CoreConfig(bit_width_config=bw))
+    assert q.head.weights_quantizers["weight"].num_bits == 8
+    assert info.final_resource_utilization.weights_memory <= full * 0.65
+
+
+def test_unsupported_distance_options_are_refused():
+    _, reference = _quantize()
+    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.7)
+    for mp in (mct.core.MixedPrecisionQuantizationConfig(distance_weighting_method=mct.core.MpDistanceWeighting.EXP),
+               mct.core.MixedPrecisionQuantizationConfig(custom_metric_fn=lambda model: 0.0)):
+        with pytest.raises(InvalidConfigError, match="not available in this version"):
+            _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+
+
+@pytest.mark.parametrize("method", ["AVG", "LAST_LAYER", "HESSIAN"])
+def test_distance_weightings_meet_the_target(method):
+    _, reference = _quantize()
+    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.6)
+    mp = mct.core.MixedPrecisionQuantizationConfig(distance_weighting_method=getattr(mct.core.MpDistanceWeighting, method),
+                                                   num_of_images=8)
+    _, info = _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+    assert info.final_resource_utilization.weights_memory <= target.weights_memory
