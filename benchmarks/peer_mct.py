@@ -54,6 +54,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", default="default", choices=["default", "w4", "mp", "gptq"])
     ap.add_argument("--weights-ratio", type=float, default=0.75)
+    ap.add_argument("--activation-ratio", type=float, default=None,
+                    help="mp: activation-memory target = ratio x the activation memory at the largest candidates")
+    ap.add_argument("--tpc-version", default="1.0", help="IMX500 TPC version")
     ap.add_argument("--gptq-epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
@@ -86,11 +89,18 @@ def main(argv=None) -> None:
             ru = mct.core.pytorch_resource_utilization_data(model, rep_gen)
             extra_info["ru_data_seconds"] = time.perf_counter() - t0
             extra_info["weights_memory_8bit"] = float(ru.weights_memory)
-            kwargs["target_resource_utilization"] = mct.core.ResourceUtilization(
-                weights_memory=ru.weights_memory * args.weights_ratio)
+            extra_info["activation_memory_max"] = float(ru.activation_memory)
+            target = {"weights_memory": ru.weights_memory * args.weights_ratio} if args.activation_ratio is None \
+                else {"activation_memory": ru.activation_memory * args.activation_ratio}
+            kwargs["target_resource_utilization"] = mct.core.ResourceUtilization(**target)
+        kwargs["target_platform_capabilities"] = mct.get_target_platform_capabilities(args.tpc_version, "imx500")
         t0 = time.perf_counter()
-        qmodel, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, **kwargs)
+        qmodel, info = mct.ptq.pytorch_post_training_quantization(model, rep_gen, **kwargs)
         seconds = time.perf_counter() - t0
+        final = getattr(info, "final_resource_utilization", None)
+        if final is not None:
+            extra_info["final_weights_memory"] = float(final.weights_memory)
+            extra_info["final_activation_memory"] = float(final.activation_memory)
     else:
         cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=args.gptq_epochs)
         t0 = time.perf_counter()

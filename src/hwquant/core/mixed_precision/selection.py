@@ -1,6 +1,6 @@
 """Mixed precision: choose each configurable node's candidate under the resource targets.
 
-    targets met by the base configs  -> single precision, no search
+    targets met by the largest candidates everywhere -> single precision (the base configs), no search
     a target below its minimum       -> InvalidConfigError with every target's minimum
     configuration_overwrite          -> that choice (checked against the candidates)
     otherwise                        -> sensitivities (framework adapter), integer program, refinement
@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional
 from hwquant.core.config import ResourceUtilization, RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import minimum, refine, search
+from hwquant.core.resource_utilization import max_bits_config
 from hwquant.errors import InvalidConfigError
 
 log = logging.getLogger("hwquant.mixed_precision")
@@ -37,9 +38,9 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
     targets = target.get_resource_utilization_dict(restricted_only=True)
     configurable = [n for n in graph if len(n.candidates) > 1]
     model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
-    base = [0] * len(configurable)
-    if all(model.value(t, base) <= limit for t, limit in targets.items()) and mp.configuration_overwrite is None:
-        log.info("the base configuration meets every target: single precision, no search")
+    top = [node.candidates.index(max_bits_config(node)) for node in configurable]
+    if all(model.value(t, top) <= limit for t, limit in targets.items()) and mp.configuration_overwrite is None:
+        log.info("every target allows the largest candidates everywhere: single precision, no search")
         return None
     minima = {t: minimum(model, t) for t in targets}
     if any(minima[t] > limit for t, limit in targets.items()):
