@@ -4,6 +4,8 @@ targets name their minimum, generous ones change nothing, and the user's overrid
 import itertools
 import math
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -189,16 +191,80 @@ def test_manual_bit_width_is_respected():
     assert info.final_resource_utilization.weights_memory <= full * 0.65
 
 
-def test_unsupported_distance_options_are_refused():
+def _calibrated(version="1.0"):
+    session = start_session(_model(), gen, mct.core.CoreConfig(), _tpc(version))
+    run_ptq_stages(session)
+    return session.graph, [n for n in session.graph if len(n.candidates) > 1]
+
+
+def run_ptq_stages(session):
+    from hwquant.core import candidates as cand
+    from hwquant.core.pipeline import calibrate, compute_parameters
+    prepare(session.state)
+    calibrate(session.state, session.data)
+    cand.select_base_configs(session.graph)
+    compute_parameters(session.state, all_candidates=True)
+
+
+def test_measured_sensitivity_equals_a_full_run_of_each_configuration():
+    from hwquant.core.resource_utilization import max_bits_config
+    from hwquant.torch.builder import QuantizerFactory, build_module
+    from hwquant.torch.mixed_precision import candidate_sensitivity
+
+    graph, configurable = _calibrated()
+    distance = lambda a, b: ((a - b) ** 2).flatten(1).mean(1)  # noqa: E731
+    mp = mct.core.MixedPrecisionQuantizationConfig(compute_distance_fn=distance, num_of_images=16,
+                                                   metric_epsilon=None)
+    scores = candidate_sensitivity(graph, configurable, gen(), mp, "cpu")
+    points = [n.name for n in configurable if n.name not in graph.output_names()]
+    x = DATA[0][0]
+    float_model = build_module(graph, None, extra_outputs=points).eval()
+    with torch.no_grad():
+        f_out, f_points = float_model(x)
+    for i, node in enumerate(configurable):
+        for c, cand in enumerate(node.candidates):
+            for other in configurable:
+                other.final_config = max_bits_config(other)
+            node.final_config = cand
+            with torch.no_grad():
+                q_out, q_points = build_module(graph, QuantizerFactory(), extra_outputs=points).eval()(x)
+            ipts = sum(float(distance(a, b).mean()) for a, b in zip(f_points, q_points)) / len(points)
+            expected = ipts + float(distance(f_out, q_out).mean())
+            assert scores[i][c] == pytest.approx(expected, rel=1e-4, abs=1e-9)
+        assert scores[i][0] < scores[i][1] < scores[i][2]  # 8 < 4 < 2 bits
+
+
+def test_probe_estimate_ranks_candidates_like_the_measurement():
+    from hwquant.torch.mixed_precision import candidate_sensitivity
+
+    graph, configurable = _calibrated()
+    probed = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(), "cpu")
+    measured = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(
+        distance_weighting_method=mct.core.MpDistanceWeighting.EXP, exp_distance_weighting_sigma=1e-3), "cpu")
+    for p_row, m_row in zip(probed, measured):
+        assert np.argsort(p_row).tolist() == np.argsort(m_row).tolist() == [0, 1, 2]
+    # the 2-bit candidates: both ways agree on which layers suffer most (Spearman correlation)
+    p2, m2 = [r[2] for r in probed], [r[2] for r in measured]
+    assert np.corrcoef(np.argsort(np.argsort(p2)), np.argsort(np.argsort(m2)))[0, 1] > 0.5
+
+
+def test_custom_metric_fn_sees_each_configuration():
+    calls = []
+
+    def metric(model):
+        calls.append(sorted(m.num_bits for m in model.modules() if getattr(m, "target", None) == "weights"))
+        return float(sum(32 - b for b in calls[-1]))  # fewer bits, larger metric
+
     _, reference = _quantize()
     target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.7)
-    for mp in (mct.core.MixedPrecisionQuantizationConfig(distance_weighting_method=mct.core.MpDistanceWeighting.EXP),
-               mct.core.MixedPrecisionQuantizationConfig(custom_metric_fn=lambda model: 0.0)):
-        with pytest.raises(InvalidConfigError, match="not available in this version"):
-            _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+    mp = mct.core.MixedPrecisionQuantizationConfig(custom_metric_fn=metric)
+    _, info = _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
+    assert len(calls) == 12  # 4 configurable nodes x 3 candidates, one configuration each
+    assert [2, 8, 8, 8] in calls and [8, 8, 8, 8] in calls
+    assert info.final_resource_utilization.weights_memory <= target.weights_memory
 
 
-@pytest.mark.parametrize("method", ["AVG", "LAST_LAYER", "HESSIAN"])
+@pytest.mark.parametrize("method", ["AVG", "LAST_LAYER", "HESSIAN", "EXP"])
 def test_distance_weightings_meet_the_target(method):
     _, reference = _quantize()
     target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.6)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -56,8 +56,9 @@ def make_layer(node: Node) -> nn.Module:
 class QuantizerFactory:
     """Makes the quantizer modules of a node (the torch side of the node's final config)."""
 
-    def weights(self, node: Node) -> Dict[str, InferableQuantizer]:
-        cfg = node.final_config
+    def weights(self, node: Node, cfg: Any = None) -> Dict[str, InferableQuantizer]:
+        """The node's weight quantizers under `cfg` (default: its final config)."""
+        cfg = cfg or node.final_config
         if cfg is None or node.kind != NodeKind.MODULE:
             return {}
         out = {}
@@ -73,8 +74,8 @@ class QuantizerFactory:
         grid = input_grid(graph, node, _moves_values)
         return None if grid is None else float(grid.scale)
 
-    def activation(self, node: Node) -> Optional[InferableQuantizer]:
-        cfg = node.final_config
+    def activation(self, node: Node, cfg: Any = None) -> Optional[InferableQuantizer]:
+        cfg = cfg or node.final_config
         if cfg is None or not cfg.activation_quantization_cfg.quantized:
             return None
         ac = cfg.activation_quantization_cfg
@@ -91,6 +92,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     g = fx.Graph()
     env: Dict[str, fx.Node] = {}
     used_names: set = set()
+    placed: Dict[str, Dict[str, str]] = {}  # graph node -> {"layer": module name, "holder": module name}
 
     def register(base: str, module: nn.Module) -> str:
         name, i = _attr_name(base), 1
@@ -115,7 +117,8 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             wq = quantizers.weights(node) if quantizers else {}
             if wq:
                 layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
-            out = g.call_module(register(node.name, layer), args, kwargs)
+            placed.setdefault(node.name, {})["layer"] = register(node.name, layer)
+            out = g.call_module(placed[node.name]["layer"], args, kwargs)
         elif node.kind == NodeKind.FUNCTION:
             out = g.call_function(node.call_target, args, kwargs)
         elif node.kind == NodeKind.METHOD:
@@ -124,11 +127,15 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             raise ValueError(f"node '{node.name}' has unknown kind {node.kind!r}")
         aq = quantizers.activation(node) if quantizers else None
         if aq is not None:
-            out = g.call_module(register(f"{node.name}_activation_holder", PytorchActivationQuantizationHolder(aq)), (out,))
+            placed.setdefault(node.name, {})["holder"] = register(f"{node.name}_activation_holder",
+                                                                  PytorchActivationQuantizationHolder(aq))
+            out = g.call_module(placed[node.name]["holder"], (out,))
         env[node.name] = out
 
     result = map_structure(graph.outputs, env.__getitem__)
     if extra_outputs is not None:
         result = (result, [env[n] for n in extra_outputs])
     g.output(result)
-    return fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))
+    module = fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))
+    module.meta["hwquant_placement"] = placed  # where each graph node's layer / activation holder went
+    return module

@@ -1,131 +1,310 @@
-"""Sensitivity of each configurable node to each of its candidates, measured on the float model.
+"""Sensitivity of each configurable node to each of its candidates: the distance, at the interest
+points and the model outputs, between the float model and the model where that node alone takes
+that candidate. As in MCT the figure is ``interest-point metric + mean output distance``, distances
+being normalised squared errors (``|Y_q - Y|^2 / |Y|^2`` per sample, averaged).
 
-Quantizing node i with candidate c changes its output by ``dY = Y_c - Y``. The distance this causes
-at an interest point p (a configurable node's output, or a model output) is, to first order,
-``|J_pi dY|^2`` with J_pi the Jacobian of p's tensor with respect to node i's. For a random Gaussian
-vector v_p at every interest point, ``g_i = d(sum_p v_p . Y_p) / dY_i`` gives
-``E[(g_i . dY)^2] = sum_p |J_pi dY|^2`` (the cross terms vanish in expectation): one backward pass
-serves every node and every candidate at once, where re-running the model per candidate would cost
-a forward pass for each. Scaling v_p by ``sqrt(w_p / E|Y_p|^2)`` weights and normalises the
-interest points (AVG: every sampled configurable output and the model outputs, equally; LAST_LAYER
-and HESSIAN: the model outputs, whose distance this estimator computes through the Gauss-Newton
-Hessian ``J^T J`` of each node, so the two coincide). The local term (p = i) is exact: J_ii is the
-identity.
+Two ways to measure it:
+
+* Probes (the default). Quantizing node i with candidate c changes its output by ``dY = Y_c - Y``.
+  To first order the distance it causes at a point p is ``|J_pi dY|^2``. For random Gaussian
+  vectors v_p at the points, ``g_i = d(sum_p a_p v_p . Y_p) / dY_i`` gives
+  ``E[(g_i . dY)^2] = sum_p a_p^2 |J_pi dY|^2``: one backward pass of the float model serves every
+  node and every candidate, where measuring means one forward pass per candidate. With
+  ``a_p^2 = weight_p / E|Y_p|^2`` that is the weighted sum of normalised distances (AVG: interest
+  points alike; LAST_LAYER: the last one; HESSIAN: by the Gauss-Newton trace of the outputs with
+  respect to each point). The local term (p = i) is exact: J_ii is the identity.
+* Measurement, for what the probes cannot give: EXP weighting (its weights depend on each point's
+  distance), ``compute_distance_fn`` and ``custom_metric_fn``. The quantized model is built once with
+  every configurable node at its largest candidate; for each node and candidate only that node's
+  quantizers are swapped in (no rebuild) and only the part of the graph downstream of it is run
+  again, everything upstream coming from a cache of the baseline run.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, Iterable, List, Sequence, Set
 
+import numpy as np
 import torch
+from torch import fx
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting, MpMetricNormalization
 from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.errors import InvalidConfigError
+from hwquant.core.resource_utilization import max_bits_config
 from hwquant.torch.builder import QuantizerFactory, build_module, make_layer
 
-PROBE_ROUNDS = 4  # backward passes per batch; each image brings its own probe, so 4 x images samples
-
-
-def _check_supported(cfg: MixedPrecisionQuantizationConfig) -> None:
-    unsupported = [name for name in ("compute_distance_fn", "custom_metric_fn") if getattr(cfg, name) is not None]
-    if cfg.distance_weighting_method == MpDistanceWeighting.EXP:
-        unsupported.append("distance_weighting_method=EXP")
-    if unsupported:
-        raise InvalidConfigError(f"mixed precision with {', '.join(unsupported)} is not available in this version of "
-                                 "hwquant; leave them at their defaults (distance weighting AVG, LAST_LAYER or HESSIAN)")
-
-
-def _interest_points(graph: Graph, configurable: Sequence[Node], cfg: MixedPrecisionQuantizationConfig) -> List[str]:
-    outputs = graph.output_names()
-    if cfg.distance_weighting_method in (MpDistanceWeighting.LAST_LAYER, MpDistanceWeighting.HESSIAN):
-        return list(outputs)
-    names = [n.name for n in configurable]
-    keep = max(1, math.ceil(len(names) * cfg.num_interest_points_factor))
-    step = len(names) / keep
-    return [names[int(k * step)] for k in range(keep) if names[int(k * step)] not in outputs] + list(outputs)
-
-
-def _candidate_output(node: Node, cfg, x: Any, y: torch.Tensor) -> torch.Tensor:
-    """Node output with only this node quantized by `cfg` (its float input `x`, float output `y`)."""
-    factory = QuantizerFactory()
-    final, node.final_config = node.final_config, cfg
-    try:
-        weights = factory.weights(node)
-        if weights and isinstance(x, torch.Tensor):
-            layer = make_layer(node).to(y.device)
-            q = {name: quantizer.to(y.device)(getattr(layer, name)) for name, quantizer in weights.items()}
-            y = torch.func.functional_call(layer, q, (x,))
-        act = factory.activation(node)
-        return act.to(y.device)(y) if act is not None else y
-    finally:
-        node.final_config = final
-
-
-@torch.no_grad()
-def _deltas(configurable: Sequence[Node], inputs: List[Any], outputs: List[torch.Tensor]) -> List[List[torch.Tensor]]:
-    return [[(_candidate_output(node, cfg, x, y) - y).detach() for cfg in node.candidates]
-            for node, x, y in zip(configurable, inputs, outputs)]
+PROBE_ROUNDS = 4  # backward passes per batch; each image brings its own probes
 
 
 def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
                           cfg: MixedPrecisionQuantizationConfig, device: Any) -> List[List[float]]:
-    """sensitivity[i][c]: expected weighted distance at the interest points when node i alone takes
-    candidate c, on the first ``cfg.num_of_images`` images of `data`."""
-    _check_supported(cfg)
-    points = _interest_points(graph, configurable, cfg)
-    tracked = [n.name for n in configurable]
-    single_input = [n.kind == NodeKind.MODULE and len(n.inputs) == 1 for n in configurable]
-    input_names = [n.inputs[0] if single else n.name for n, single in zip(configurable, single_input)]
-    observed = list(dict.fromkeys(tracked + points + input_names))
+    """sensitivity[i][c] on the first ``cfg.num_of_images`` images of `data`."""
+    batches = _images(data, cfg.num_of_images, device)
+    points, outputs = _interest_points(graph, configurable, cfg), list(graph.output_names())
+    measured = (cfg.compute_distance_fn is not None or cfg.custom_metric_fn is not None
+                or cfg.distance_weighting_method == MpDistanceWeighting.EXP)
+    if measured:
+        scores = _measured(graph, configurable, batches, points, outputs, cfg, device)
+    else:
+        scores = _probed(graph, configurable, batches, points, outputs, cfg, device)
+    return _normalise(scores, configurable, cfg)
+
+
+def _images(data: Iterable[List[Any]], n: int, device: Any) -> List[List[Any]]:
+    batches, seen = [], 0
+    for batch in data:
+        if seen >= n:
+            break
+        take = min(len(batch[0]), n - seen)
+        batches.append([t[:take].to(device).float() if isinstance(t, torch.Tensor) else t for t in batch])
+        seen += take
+    return batches
+
+
+def _interest_points(graph: Graph, configurable: Sequence[Node], cfg: MixedPrecisionQuantizationConfig) -> List[str]:
+    """Configurable nodes' outputs (a fraction of them, spread evenly), model outputs excluded."""
+    outputs = set(graph.output_names())
+    names = [n.name for n in configurable if n.name not in outputs]
+    if not names:
+        return []
+    keep = max(1, math.ceil(len(names) * cfg.num_interest_points_factor))
+    return [names[int(k * len(names) / keep)] for k in range(keep)]
+
+
+def _float_model(graph: Graph, observed: List[str], device: Any) -> fx.GraphModule:
     model = build_module(graph, None, extra_outputs=observed).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     for m in model.modules():  # an in-place activation would overwrite the observed tensors (and their grads)
         if getattr(m, "inplace", False) is True:
             m.inplace = False
+    return model
+
+
+def _point_weights(cfg, points: List[str], outputs: List[str], hessian: Dict[str, float]) -> Dict[str, float]:
+    """The weight of each point's normalised distance in the sensitivity figure."""
+    weights = {o: 1.0 / len(outputs) for o in outputs}
+    if not points:
+        return weights
+    method = cfg.distance_weighting_method
+    if method == MpDistanceWeighting.LAST_LAYER:
+        weights[points[-1]] = weights.get(points[-1], 0.0) + 1.0
+    elif method == MpDistanceWeighting.HESSIAN:
+        total = sum(hessian[p] for p in points) or 1.0
+        for p in points:
+            weights[p] = weights.get(p, 0.0) + hessian[p] / total
+    else:  # AVG (EXP is measured)
+        for p in points:
+            weights[p] = weights.get(p, 0.0) + 1.0 / len(points)
+    return weights
+
+
+def _hessian_traces(model, batches, points: List[str], outputs: List[str], observed: List[str]) -> Dict[str, float]:
+    """Gauss-Newton trace of the normalised output distance with respect to each point (per element):
+    E|d(sum_o v_o . Y_o / |Y_o|) / dY_p|^2 / size(Y_p), by output probes."""
+    traces = {p: 0.0 for p in points}
+    generator = torch.Generator().manual_seed(1)
+    for batch in batches:
+        xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
+        _, tensors = model(*xs)
+        by_name = dict(zip(observed, tensors))
+        energy = {o: float((by_name[o].detach() ** 2).flatten(1).sum(1).mean()) + 1e-12 for o in outputs}
+        loss = sum((torch.randn(by_name[o].shape, generator=generator).to(by_name[o].device) * by_name[o]).sum()
+                   / math.sqrt(energy[o]) for o in outputs)
+        grads = torch.autograd.grad(loss, [by_name[p] for p in points], allow_unused=True)
+        for p, g in zip(points, grads):
+            if g is not None:
+                traces[p] += float((g ** 2).sum()) / g[0].numel()
+    return traces
+
+
+def _probed(graph, configurable, batches, points, outputs, cfg, device) -> List[List[float]]:
+    tracked = [n.name for n in configurable]
+    single = [n.kind == NodeKind.MODULE and len(n.inputs) == 1 for n in configurable]
+    input_names = [n.inputs[0] if s else n.name for n, s in zip(configurable, single)]
+    observed = list(dict.fromkeys(tracked + points + outputs + input_names))
+    model = _float_model(graph, observed, device)
+    hessian = (_hessian_traces(model, batches, points, outputs, observed)
+               if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN else {})
+    weights = _point_weights(cfg, points, outputs, hessian)
     totals = [[0.0] * len(n.candidates) for n in configurable]
-    seen, weights = 0, None
     generator = torch.Generator().manual_seed(0)
-    for batch in data:
-        if seen >= cfg.num_of_images:
-            break
-        take = min(len(batch[0]), cfg.num_of_images - seen)
-        xs = [t[:take].to(device).float().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
+    seen, scale = 0, None
+    for batch in batches:
+        xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
         _, tensors = model(*xs)
         by_name = dict(zip(observed, tensors))
         ys = [by_name[n] for n in tracked]
-        inputs = [by_name[name] if single else None for name, single in zip(input_names, single_input)]
+        inputs = [by_name[name] if s else None for name, s in zip(input_names, single)]
         deltas = _deltas(configurable, inputs, ys)
-        if weights is None:
-            weights = _point_weights(points, by_name)
+        if scale is None:  # a_p = sqrt(weight_p / E|Y_p|^2), energies from the first batch
+            scale = {p: math.sqrt(w / (float((by_name[p].detach() ** 2).flatten(1).sum(1).mean()) + 1e-12))
+                     for p, w in weights.items()}
         for _ in range(PROBE_ROUNDS):
-            loss = sum((torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) *
-                        math.sqrt(w) * by_name[p]).sum() for p, w in weights.items())
+            loss = sum((torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a * by_name[p]).sum()
+                       for p, a in scale.items())
             grads = torch.autograd.grad(loss, ys, retain_graph=True, allow_unused=True)
             for i, g in enumerate(grads):
-                if g is None:
+                if g is not None:
+                    for c, d in enumerate(deltas[i]):
+                        totals[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
+        seen += len(batch[0])
+    return [[t / (max(seen, 1) * PROBE_ROUNDS) for t in row] for row in totals]
+
+
+@torch.no_grad()
+def _deltas(configurable: Sequence[Node], inputs: List[Any], outputs: List[torch.Tensor]) -> List[List[torch.Tensor]]:
+    """Y_c - Y for every node and candidate: the node's layer run on its float input with the
+    candidate's weight quantizers, then the candidate's activation quantizer."""
+    factory, out = QuantizerFactory(), []
+    for node, x, y in zip(configurable, inputs, outputs):
+        layer, row = None, []
+        for cand in node.candidates:
+            weights = factory.weights(node, cand)
+            yc = y
+            if weights and isinstance(x, torch.Tensor):
+                layer = layer or make_layer(node).to(y.device)
+                q = {name: quantizer.to(y.device)(getattr(layer, name)) for name, quantizer in weights.items()}
+                yc = torch.func.functional_call(layer, q, (x,))
+            act = factory.activation(node, cand)
+            row.append(((act.to(y.device)(yc) if act is not None else yc) - y).detach())
+        out.append(row)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- measured
+class _CachedRun(fx.Interpreter):
+    """Runs a GraphModule taking every node outside `dirty` from `cache` (when given); records all
+    values (the cache of a baseline run)."""
+
+    def __init__(self, module: fx.GraphModule, cache=None, dirty: Set[fx.Node] = frozenset()):
+        super().__init__(module, garbage_collect_values=False)
+        self.cache, self.dirty, self.values = cache, dirty, {}
+
+    def run_node(self, n: fx.Node) -> Any:
+        if self.cache is not None and n not in self.dirty and n.op != "output":
+            value = self.cache[n]
+        else:
+            value = super().run_node(n)
+        self.values[n] = value
+        return value
+
+
+def _downstream(module: fx.GraphModule, names: Sequence[str]) -> Set[fx.Node]:
+    todo = [n for n in module.graph.nodes if n.op == "call_module" and n.target in names]
+    seen: Set[fx.Node] = set()
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(n.users)
+    return seen
+
+
+def _distance(cfg, reference: torch.Tensor, quantized: torch.Tensor) -> float:
+    if cfg.compute_distance_fn is not None:
+        return float(np.mean(np.asarray(torch.as_tensor(cfg.compute_distance_fn(reference, quantized)).detach().cpu())))
+    per_sample = ((quantized - reference) ** 2).flatten(1).sum(1) / ((reference ** 2).flatten(1).sum(1) + 1e-12)
+    return float(per_sample.mean())
+
+
+def _measured(graph, configurable, batches, points, outputs, cfg, device) -> List[List[float]]:
+    observed = list(dict.fromkeys(points + outputs))
+    finals = {n.name: n.final_config for n in configurable}
+    for node in configurable:  # the baseline: every configurable node at its largest candidate
+        node.final_config = max_bits_config(node)
+    try:
+        mp_model = build_module(graph, QuantizerFactory(), extra_outputs=observed).to(device).eval()
+    finally:
+        for node in configurable:
+            node.final_config = finals[node.name]
+    with torch.no_grad():
+        reference = [dict(zip(observed, _float_model(graph, observed, device)(*b)[1])) for b in batches]
+        caches = []
+        for b in batches:
+            run = _CachedRun(mp_model)
+            run.run(*b)
+            caches.append(run.values)
+    hessian = {}
+    if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN and points:
+        with torch.enable_grad():
+            hessian = _hessian_traces(_float_model(graph, observed, device), batches, points, outputs, observed)
+    placement = mp_model.meta["hwquant_placement"]
+    factory, scores = QuantizerFactory(), []
+    for node in configurable:
+        place = placement.get(node.name, {})
+        dirty = _downstream(mp_model, list(place.values()))
+        row = []
+        for cand in node.candidates:
+            restore = _swap_quantizers(mp_model, place, factory, node, cand, device)
+            try:
+                if cfg.custom_metric_fn is not None:
+                    row.append(float(cfg.custom_metric_fn(mp_model)))
                     continue
-                for c, d in enumerate(deltas[i]):
-                    totals[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
-        seen += take
-    scale = 1.0 / (max(seen, 1) * PROBE_ROUNDS)
-    return _normalise([[t * scale for t in row] for row in totals], configurable, cfg)
+                dists = {p: 0.0 for p in observed}
+                with torch.no_grad():
+                    for b, cache, ref in zip(batches, caches, reference):
+                        _, tensors = _CachedRun(mp_model, cache, dirty).run(*b)
+                        for p, t in zip(observed, tensors):
+                            dists[p] += _distance(cfg, ref[p], t) / len(batches)
+                row.append(_combine(cfg, dists, points, outputs, hessian))
+            finally:
+                restore()
+        scores.append(row)
+    return scores
 
 
-def _point_weights(points: List[str], tensors: Dict[str, torch.Tensor]) -> Dict[str, float]:
-    """w_p / E|Y_p|^2 for every interest point: equal weights, each distance relative to the point's
-    energy (taken on the first batch)."""
-    energy = {p: float((tensors[p].detach() ** 2).flatten(1).sum(1).mean()) + 1e-12 for p in points}
-    return {p: 1.0 / (len(points) * energy[p]) for p in points}
+def _swap_quantizers(model, place: Dict[str, str], factory, node: Node, cand, device):
+    """Put the candidate's quantizers into the built model; returns the function that undoes it."""
+    undo = []
+    layer = model.get_submodule(place["layer"]) if "layer" in place else None
+    if layer is not None and hasattr(layer, "weights_quantizers"):
+        for attr, q in factory.weights(node, cand).items():
+            if attr in layer.weights_quantizers:
+                undo.append((layer.weights_quantizers, attr, layer.weights_quantizers[attr]))
+                layer.weights_quantizers[attr] = q.to(device)
+    holder = model.get_submodule(place["holder"]) if "holder" in place else None
+    act = factory.activation(node, cand)
+    if holder is not None and act is not None:
+        undo.append((holder, "activation_holder_quantizer", holder.activation_holder_quantizer))
+        holder.activation_holder_quantizer = act.to(device)
+
+    def restore():
+        for owner, name, module in reversed(undo):
+            setattr(owner, name, module)
+    return restore
+
+
+def _combine(cfg, dists: Dict[str, float], points: List[str], outputs: List[str], hessian: Dict[str, float]) -> float:
+    out_metric = float(np.mean([dists[o] for o in outputs])) if outputs else 0.0
+    if not points:
+        return out_metric
+    d = np.array([dists[p] for p in points])
+    method = cfg.distance_weighting_method
+    if method == MpDistanceWeighting.LAST_LAYER:
+        ipts = d[-1]
+    elif method == MpDistanceWeighting.HESSIAN:
+        w = np.array([hessian.get(p, 0.0) for p in points])
+        ipts = float(np.average(d, weights=w)) if w.sum() > 0 else float(d.mean())
+    elif method == MpDistanceWeighting.EXP:
+        w = 1 - np.exp(-d / cfg.exp_distance_weighting_sigma)
+        ipts = float(np.average(d, weights=w)) if np.any(w) else 0.0
+    else:
+        ipts = float(d.mean())
+    return float(ipts) + out_metric
 
 
 def _normalise(scores: List[List[float]], configurable: Sequence[Node], cfg) -> List[List[float]]:
-    if cfg.metric_normalization == MpMetricNormalization.NONE:
-        return scores
+    """MCT's metric normalisation (by the max- or min-bit candidate), and metric_epsilon: every
+    candidate other than the largest costs at least epsilon more than the largest."""
     out = []
     for row, node in zip(scores, configurable):
-        bits = [sum(c.bit_widths()[1].values()) + (c.bit_widths()[0] or 0) for c in node.candidates]
-        ref = row[bits.index(max(bits) if cfg.metric_normalization == MpMetricNormalization.MAXBIT else min(bits))]
-        out.append([v / (ref + (cfg.metric_epsilon or 0.0)) for v in row])
+        top = node.candidates.index(max_bits_config(node))
+        if cfg.metric_normalization != MpMetricNormalization.NONE:
+            bits = [sum(c.bit_widths()[1].values()) + (c.bit_widths()[0] or 0) for c in node.candidates]
+            ref = row[bits.index(max(bits) if cfg.metric_normalization == MpMetricNormalization.MAXBIT else min(bits))]
+            row = [v / ref if ref > 0 else v for v in row]
+        if cfg.metric_epsilon is not None:
+            row = [v if c == top else max(v, row[top] + cfg.metric_epsilon) for c, v in enumerate(row)]
+        out.append(row)
     return out
