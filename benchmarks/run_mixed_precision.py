@@ -5,7 +5,7 @@ MCT 2.6.1's mixed precision on the same data, one after the other.
     .venv/bin/python benchmarks/run_mixed_precision.py --no-write --cases w75
 
 Cases: weights memory at 75 % and 50 % of the 8-bit weights memory (IMX500 1.0: kernels 8/4/2 bits),
-and activation memory at 75 % of the largest activation memory (IMX500 4.0: activations 8 or 16
+and activation memory at 90 % of the largest activation memory (IMX500 4.0: activations 8 or 16
 bits), each tool's target taken from its own resource figures. Reported: fidelity against the
 float model (top-1 agreement, output SQNR, labelled top-1), the figures reached, and wall time of
 the quantization call.
@@ -29,7 +29,7 @@ from benchmarks import metrics, report  # noqa: E402
 from benchmarks.run_ptq import MCT_PY, load_data, load_model, seed_everything  # noqa: E402
 
 SECTION = "Mixed precision (MobileNetV2)"
-CASES = {"w75": ("weights", 0.75, "1.0"), "w50": ("weights", 0.5, "1.0"), "a75": ("activation", 0.75, "4.0")}
+CASES = {"w75": ("weights", 0.75, "1.0"), "w50": ("weights", 0.5, "1.0"), "a90": ("activation", 0.9, "4.0")}
 
 
 def run_ours(model, data, kind, ratio, version, batch=32):

@@ -272,3 +272,39 @@ def test_distance_weightings_meet_the_target(method):
                                                    num_of_images=8)
     _, info = _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
     assert info.final_resource_utilization.weights_memory <= target.weights_memory
+
+
+def test_lookup_table_kernels_as_candidates(tmp_path):
+    """A TPC whose convolution / FC options include 4- and 2-bit lookup-table kernels (k-means tables,
+    power-of-two and symmetric thresholds): the search may pick them, and the model runs and exports."""
+    from hwquant.constants import KERNEL_ATTR
+    QM = mct.QuantizationMethod
+    tpc, sets = _tpc("1.0"), []
+    for opset in tpc.operator_set:
+        options = opset.qc_options
+        if options is not None and len(options.quantization_configurations) > 1:
+            base = options.base_config
+            luts = tuple(base.clone_and_edit(attr_to_edit={KERNEL_ATTR: {"weights_quantization_method": m,
+                                                                         "weights_n_bits": b}})
+                         for m in (QM.LUT_POT_QUANTIZER, QM.LUT_SYM_QUANTIZER) for b in (4, 2))
+            options = mct.target_platform_capabilities.QuantizationConfigOptions(
+                quantization_configurations=(base,) + luts, base_config=base)
+            opset = opset.model_copy(update={"qc_options": options})
+        sets.append(opset)
+    lut_tpc = tpc.model_copy(update={"operator_set": tuple(sets)})
+    _, reference = _quantize()
+    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.6)
+    q, info = mct.ptq.pytorch_post_training_quantization(_model(), gen, target_resource_utilization=target,
+                                                         target_platform_capabilities=lut_tpc)
+    assert info.final_resource_utilization.weights_memory <= target.weights_memory
+    methods = {m.method for m in q.modules() if getattr(m, "target", None) == "weights"}
+    assert methods & {QM.LUT_POT_QUANTIZER, QM.LUT_SYM_QUANTIZER}
+    x = torch.randn(8, 3, 12, 12)
+    with torch.no_grad():
+        f, y = _model()(x), q(x)
+    assert 10 * math.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 5
+    path = mct.exporter.pytorch_export_model(q, tmp_path / "m.onnx", gen,
+                                             quantization_format=mct.exporter.QuantizationFormat.MCTQ)
+    sess = mct.exporter.mctq_inference_session(path)
+    out = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    assert np.abs(out - y.numpy()).max() <= q.head_activation_holder.activation_holder_quantizer.scale.item() * 1.0001
