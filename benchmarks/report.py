@@ -23,3 +23,10 @@ def replace_section(title: str, body: str) -> None:
         doc = "".join(lines[:start]) + text + ("\n" + tail if tail else "")
     DOC.parent.mkdir(parents=True, exist_ok=True)
     DOC.write_text(doc)
+
+
+def publish(title: str, body: str, write: bool = True) -> None:
+    """Print the section and, unless `write` is False, put it into docs/BENCHMARKS.md."""
+    print(body)
+    if write:
+        replace_section(title, body)

@@ -177,10 +177,7 @@ def main(argv=None) -> None:
               "flips spread over MobileNetV2's 53 quantized layers.",
               "", f"Export times: QDQ {export_s['qdq']:.1f} s, MCTQ {export_s['mctq']:.1f} s, TorchScript "
               f"{export_s['torchscript']:.1f} s."]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        report.replace_section(SECTION, body)
+    report.publish(SECTION, "\n".join(lines), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -117,10 +117,7 @@ def main(argv=None) -> None:
               "on the float model with random probes through one backward pass per round (Gauss-Newton, "
               "`torch/mixed_precision.py`) instead of one forward pass per candidate; then scipy's milp and a "
               "refinement pass."]
-    body = "\n".join(lines)
-    print(body)
-    if not args.no_write:
-        report.replace_section(SECTION, body)
+    report.publish(SECTION, "\n".join(lines), write=not args.no_write)
 
 
 if __name__ == "__main__":
