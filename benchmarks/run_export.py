@@ -83,7 +83,7 @@ def main(argv=None) -> None:
     calib, evals = assets.calibration_and_eval_sets(args.calib, args.eval, 0)
     lab_x, lab_y = assets.imagenet_labelled()
     model = models.mobilenet_v2_pretrained().eval()
-    float_logits, float_lab = metrics.predict(model, evals, 64), metrics.predict(model, lab_x, 64)
+    float_logits = metrics.predict(model, evals, 64)
 
     def rep_gen():
         for i in range(0, len(calib), 32):
