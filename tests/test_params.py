@@ -87,7 +87,8 @@ def test_mse_clips_a_gaussian_with_an_outlier():
         assert t < 0.5 * no
         a = activation_quantization_params(method, 4, E.MSE, stats_of(w))[THRESHOLD]
         assert a < 0.5 * no
-    assert weights_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, w, None, False)[THRESHOLD] == 12.0
+    # no clipping: the top value of the grid, one step below the threshold, holds the maximum
+    assert weights_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, w, None, False)[THRESHOLD] == pytest.approx(12.0 * 128 / 127)
     assert weights_quantization_params(Q.SYMMETRIC, 8, E.MSE, w, None, False)[THRESHOLD] < 12.0
     rng = weights_quantization_params(Q.UNIFORM, 4, E.MSE, w, None, False)
     assert rng[RANGE_MAX] < 6.0
@@ -231,7 +232,8 @@ def test_activation_search_beats_no_clipping_on_the_data(method, err):
 def test_activation_no_clipping_values():
     x = np.array([-1.5, 0.25, 3.0], np.float32)
     s = stats_of(x)
-    assert activation_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, s) == {THRESHOLD: 3.0, SIGNED: True}
+    assert activation_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, s) == {THRESHOLD: pytest.approx(3.0 * 128 / 127),
+                                                                             SIGNED: True}
     assert activation_quantization_params(Q.POWER_OF_TWO, 8, E.NOCLIPPING, s) == {THRESHOLD: 4.0, SIGNED: True}
     r = activation_quantization_params(Q.UNIFORM, 8, E.NOCLIPPING, s)
     assert r == dict(zip((RANGE_MIN, RANGE_MAX), qm.fix_range_to_include_zero(-1.5, 3.0, 8)))
@@ -244,7 +246,7 @@ def test_signedness_auto_and_forced():
     forced = activation_quantization_params(Q.SYMMETRIC, 8, E.MSE, pos, signedness=Signedness.SIGNED)
     assert forced[SIGNED] is True
     unsigned = activation_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, neg, signedness=Signedness.UNSIGNED)
-    assert unsigned[SIGNED] is False and unsigned[THRESHOLD] == neg.max  # the positive side only
+    assert unsigned[SIGNED] is False and unsigned[THRESHOLD] == pytest.approx(neg.max * 256 / 255)  # the positive side
     r = activation_quantization_params(Q.UNIFORM, 8, E.MSE, neg, signedness=Signedness.UNSIGNED)
     assert r[RANGE_MIN] == 0.0
     lut = activation_quantization_params(Q.LUT_POT_QUANTIZER, 3, E.MSE, pos)
@@ -257,7 +259,7 @@ def test_z_threshold_removes_outliers():
     s = stats_of(x)
     plain = activation_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, s)[THRESHOLD]
     z = activation_quantization_params(Q.SYMMETRIC, 8, E.NOCLIPPING, s, z_threshold=4.0)[THRESHOLD]
-    assert plain == 80.0 and z < 10.0
+    assert plain == pytest.approx(80.0 * 128 / 127) and z < 10.0
     assert activation_quantization_params(Q.SYMMETRIC, 8, E.MSE, s, z_threshold=math.inf)[THRESHOLD] > 0
     with pytest.raises(ValueError, match="z_threshold"):
         activation_quantization_params(Q.SYMMETRIC, 8, E.MSE, s, z_threshold=0)

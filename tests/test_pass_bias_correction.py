@@ -83,8 +83,9 @@ def test_mean_output_error_of_the_layer_vanishes(layer, shape, exact):
     after = _mean_error(node, float_w, float_b, x)
     if exact:  # every input value meets every tap equally often
         assert np.abs(after).max() < 1e-4
-    else:
-        assert np.abs(after).mean() < 0.3 * np.abs(before).mean()
+    else:  # zero padding: border windows see zeros that the correction's input means do not hold
+        padded = getattr(layer, "padding", (0,)) != (0, 0) and getattr(layer, "padding", (0,)) != (0,)
+        assert np.abs(after).mean() < (0.4 if padded else 0.3) * np.abs(before).mean()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

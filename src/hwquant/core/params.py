@@ -13,7 +13,9 @@ Per-tensor values are python floats; per-channel values are 1-D float64 arrays o
 
 Error methods (``QuantizationErrorMethod``):
 
-- NOCLIPPING: threshold = max|x| (power-of-two: rounded up to a power of two); range = [min, max].
+- NOCLIPPING: the smallest threshold that clips nothing (the grid's top value is one step below the
+  threshold, so a positive maximum needs ``max * L / (L - 1)``, L = 2**(n-1) signed or 2**n
+  unsigned; power-of-two: rounded up to a power of two); range = [min, max].
 - MSE / MAE / LP: mean of ``|x - q(x)|**p`` (p = 2, 1, ``l_p_value``) over the data (weights) or
   over the histogram bin centres weighted by their counts (activations).
 - KL: KL divergence between the float histogram and its quantized version, as in the
@@ -365,6 +367,15 @@ def _range_maker(n_bits: int) -> ParamsFn:
     return lambda lo, hi: uniform_grid(lo, hi, n_bits, axis=0)
 
 
+def _no_clipping_threshold(lo, hi, n_bits: int, signed: bool) -> np.ndarray:
+    """The smallest threshold whose grid clips nothing of [lo, hi]: the grid reaches down to -t
+    (signed) but its top value is one step below t (``t * (L - 1) / L``, L = 2**(n-1) signed, 2**n
+    unsigned), which matters at few bits (4 bits: the max|x| threshold clips the top by 1/8)."""
+    levels = 2.0 ** (n_bits - 1 if signed else n_bits)
+    top = np.maximum(np.asarray(hi, np.float64), 0.0) * levels / (levels - 1)
+    return np.maximum(np.maximum(-np.asarray(lo, np.float64), 0.0), top) if signed else top
+
+
 def _select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_threshold, prof):
     """Run the search of ``method`` under ``error_method``; (R,) results as a dict of arrays."""
     if method == QuantizationMethod.UNIFORM:
@@ -373,7 +384,7 @@ def _select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_th
         else:
             lo, hi = _search_range(scorer(_range_maker(n_bits)), lo0, hi0, min_threshold, prof)
         return {RANGE_MIN: lo, RANGE_MAX: hi}
-    base = np.maximum(amax, min_threshold)
+    base = np.maximum(_no_clipping_threshold(lo0, hi0, n_bits, signed), min_threshold)
     pot = method == QuantizationMethod.POWER_OF_TWO
     if pot:
         base = power_of_two_threshold(base, min_threshold)
