@@ -119,11 +119,8 @@ def main(argv=None) -> None:
               "refinement pass.",
               "", "Notes: MCT 2.6.1 refuses the activation-memory targets (at 75 % and 90 % of its own maximum figure: "
               "'The model cannot be quantized to meet the specified resource utilization'), so that case has hwquant "
-              "alone: the peak of the schedule stays at 8 bits and tensors off the peak take 16 bits where the budget allows (95.7 % agreement against 81.4 % at plain 8 bits). At 50 % of the "
-              "weights memory MCT is ahead on fidelity; the gap is the 4-bit quantization itself, not the search: "
-              "on the same data every kernel at 4 bits gives 55.7 % / 5.8 dB with MCT's PTQ and 25.7 % / 3.1 dB with "
-              "ours, and our search's choice does not improve with more probes (16 rounds: 64.3 %) or another "
-              "weighting (LAST_LAYER 64.7 %, HESSIAN 59.2 %)."]
+              "alone: the peak of the schedule stays at 8 bits and tensors off the peak take 16 bits where the budget "
+              "allows."]
     report.publish(SECTION, "\n".join(lines), write=not args.no_write)
 
 
