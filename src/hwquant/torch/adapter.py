@@ -90,7 +90,8 @@ class PytorchAdapter(PytorchCorrectionFacts):
         names = list(statistics)
         model = self._observer(graph, names, quantized)
         # Channels-last convolutions are much faster on CPU; a model that reshapes with `.view` cannot
-        # run that way ("view size is not compatible"), so the first batch decides.
+        # run that way ("view size is not compatible"): such graphs stay contiguous, and should another
+        # construct refuse the layout, the first batch falls back to it.
         channels_last = _has_conv2d(model) and not _has_view(model)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)

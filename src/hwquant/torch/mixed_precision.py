@@ -218,8 +218,9 @@ def _measured(graph, configurable, batches, points, outputs, cfg, device) -> Lis
     finally:
         for node in configurable:
             node.final_config = finals[node.name]
+    float_model = _float_model(graph, observed, device)
     with torch.no_grad():
-        reference = [dict(zip(observed, _float_model(graph, observed, device)(*b)[1])) for b in batches]
+        reference = [dict(zip(observed, float_model(*b)[1])) for b in batches]
         caches = []
         for b in batches:
             run = _CachedRun(mp_model)
@@ -228,7 +229,7 @@ def _measured(graph, configurable, batches, points, outputs, cfg, device) -> Lis
     hessian = {}
     if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN and points:
         with torch.enable_grad():
-            hessian = _hessian_traces(_float_model(graph, observed, device), batches, points, outputs, observed)
+            hessian = _hessian_traces(float_model, batches, points, outputs, observed)
     placement = mp_model.meta["hwquant_placement"]
     factory, scores = QuantizerFactory(), []
     for node in configurable:

@@ -130,7 +130,7 @@ class PytorchQuantizationWrapper(nn.Module):
             if on_grid is None:  # beyond int32: integer kernels keep such a bias in float too
                 return acc.float() * scale.reshape(shape) + bias.reshape(shape)
             acc = acc + on_grid[0].reshape(shape)
-        return acc.float() * (scale if scale.numel() == 1 else scale.reshape(shape))
+        return acc.float() * scale.reshape(shape)
 
     def _integer_weights(self, wq: InferableQuantizer) -> torch.Tensor:
         """``q_w - zp_w`` (float32, exact), cached until the weights or their grid change."""
