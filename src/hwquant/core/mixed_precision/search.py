@@ -17,6 +17,13 @@ from hwquant.core.config import RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel, Row
 
 
+def _dense(coeffs: Dict[int, float], n: int) -> np.ndarray:
+    row = np.zeros(n)
+    for k, v in coeffs.items():
+        row[k] += v
+    return row
+
+
 class _Program:
     def __init__(self, model: ResourceModel):
         self.model = model
@@ -35,11 +42,8 @@ class _Program:
             self._add({k: 1.0, self.col[b]: -1.0}, -np.inf, 0.0)
             self._add({k: 1.0, self.col[a]: -1.0, self.col[b]: -1.0}, -1.0, np.inf)
 
-    def _add(self, coeffs: Dict[int, float], lo: float, hi: float, width: Optional[int] = None) -> None:
-        row = np.zeros(width or self.n)
-        for k, v in coeffs.items():
-            row[k] += v
-        self.A.append(row)
+    def _add(self, coeffs: Dict[int, float], lo: float, hi: float) -> None:
+        self.A.append(_dense(coeffs, self.n))
         self.lo.append(lo)
         self.hi.append(hi)
 
@@ -55,10 +59,7 @@ class _Program:
         A = [np.pad(r, (0, n - len(r))) for r in self.A]
         lo, hi = list(self.lo), list(self.hi)
         for coeffs, l, h in extra:
-            row = np.zeros(n)
-            for k, v in coeffs.items():
-                row[k] += v
-            A.append(row), lo.append(l), hi.append(h)
+            A.append(_dense(coeffs, n)), lo.append(l), hi.append(h)
         integrality = np.zeros(n)
         integrality[:len(self.vars)] = 1
         upper = np.ones(n)
