@@ -40,19 +40,36 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
         (quantized model, UserInformation). The quantized model is an `nn.Module` whose weighted layers
         carry weight quantizers and whose quantized activations pass through activation quantizers.
     """
-    from hwquant.core.pipeline import run_ptq
-    from hwquant.core.resource_utilization import compute_resource_utilization, final_config
     from hwquant.torch.metadata import attach_metadata
-    from hwquant.torch.session import start_session
 
     start = time.perf_counter()
+    session, state = run_pytorch_ptq(in_module, representative_data_gen, target_resource_utilization, core_config,
+                                     target_platform_capabilities)
+    model = session.adapter.build(state.graph, quantized=True).eval()
+    attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
+    log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
+             state.graph.name, time.perf_counter() - start, len(state.fused_groups),
+             state.report.get("folded_batch_norms", 0))
+    return model, user_information(state, session.adapter)
+
+
+def run_pytorch_ptq(in_module: Any, representative_data_gen: Callable[[], Any],
+                    target_resource_utilization: Optional[ResourceUtilization], core_config: CoreConfig,
+                    target_platform_capabilities: Any):
+    """The PTQ pipeline on a PyTorch model: (session, final pipeline state). QAT and GPTQ start here too."""
+    from hwquant.core.pipeline import run_ptq
+    from hwquant.torch.session import start_session
+
     _check_target(target_resource_utilization)
     session = start_session(in_module, representative_data_gen, core_config, target_platform_capabilities)
     session.state.target = target_resource_utilization
-    graph, adapter = session.graph, session.adapter
-    state = run_ptq(session.state, session.data, progress)
-    model = adapter.build(state.graph, quantized=True).eval()
-    attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
+    return session, run_ptq(session.state, session.data, progress)
+
+
+def user_information(state: Any, adapter: Any) -> UserInformation:
+    """What a quantization run reports: resource utilization, mixed-precision choice, input scale."""
+    from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+
     info = UserInformation()
     info.final_resource_utilization = compute_resource_utilization(state.graph, final_config, adapter)
     if state.report.get("mixed_precision_choice") is not None:
@@ -61,6 +78,4 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     scales = state.report.get("input_scale") or {}
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)
-    log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
-             graph.name, time.perf_counter() - start, len(state.fused_groups), state.report.get("folded_batch_norms", 0))
-    return model, info
+    return info

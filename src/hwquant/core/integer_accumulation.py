@@ -31,8 +31,8 @@ VALUE_MOVING_OPSETS = {Ops.FLATTEN.value, Ops.RESHAPE.value, Ops.UNSQUEEZE.value
 INT32_MIN, INT32_MAX = -2 ** 31, 2 ** 31 - 1
 
 
-def input_grid(graph: Graph, node: Node, moves_values: Callable[[Node], bool]) -> Optional[quant_math.AffineGrid]:
-    """The per-tensor affine grid the node's first input lies on, or None if it is not on one.
+def input_grid_source(graph: Graph, node: Node, moves_values: Callable[[Node], bool]) -> Optional[Node]:
+    """The node whose activation quantizer sets the grid of the node's first input, or None.
 
     Walks back through quantization-preserving nodes and nodes that only move values
     (``moves_values``, and the operator sets in VALUE_MOVING_OPSETS) to the activation quantizer."""
@@ -42,14 +42,23 @@ def input_grid(graph: Graph, node: Node, moves_values: Callable[[Node], bool]) -
         cfg = producer.final_config
         act = cfg.activation_quantization_cfg if cfg is not None else None
         if act is not None and act.quantized:
-            grid = quant_math.make_grid(act.activation_quantization_method, act.activation_n_bits,
-                                        act.activation_quantization_params)
-            return grid if isinstance(grid, quant_math.AffineGrid) and grid.axis is None else None
+            return producer
         if not ((act is not None and act.quantization_preserving) or producer.opset in VALUE_MOVING_OPSETS
                 or moves_values(producer)):
             return None
         node, seen = producer, seen + 1
     return None
+
+
+def input_grid(graph: Graph, node: Node, moves_values: Callable[[Node], bool]) -> Optional[quant_math.AffineGrid]:
+    """The per-tensor affine grid the node's first input lies on, or None if it is not on one."""
+    source = input_grid_source(graph, node, moves_values)
+    if source is None:
+        return None
+    act = source.final_config.activation_quantization_cfg
+    grid = quant_math.make_grid(act.activation_quantization_method, act.activation_n_bits,
+                                act.activation_quantization_params)
+    return grid if isinstance(grid, quant_math.AffineGrid) and grid.axis is None else None
 
 
 def accumulator_bias(bias, input_scale, weight_scale):

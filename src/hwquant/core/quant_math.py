@@ -240,12 +240,19 @@ def _affine_params(grid: AffineGrid, x):
     return per_channel_view(grid.scale, x, grid.axis), per_channel_view(grid.zero_point, x, grid.axis)
 
 
+def unclipped_integers(x, grid: AffineGrid):
+    """``round(x / scale) + zero_point`` before clipping (trainable quantizers read which values
+    fall outside [qmin, qmax] from it), in x's float dtype (float32 for half inputs)."""
+    xp, x, _ = _prepare(x)
+    scale, zp = _affine_params(grid, x)
+    return xp.round(x / scale) + zp
+
+
 def quantize(x, grid: AffineGrid):
     """Integers ``clip(round(x / scale) + zero_point, qmin, qmax)`` in x's float dtype (float32 for
     half inputs, so every integer up to 2**16 is exact)."""
-    xp, x, _ = _prepare(x)
-    scale, zp = _affine_params(grid, x)
-    return xp.clip(xp.round(x / scale) + zp, grid.qmin, grid.qmax)
+    xp = _torch_for(x) or np
+    return xp.clip(unclipped_integers(x, grid), grid.qmin, grid.qmax)
 
 
 def dequantize(q, grid: AffineGrid):

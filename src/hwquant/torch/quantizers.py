@@ -94,9 +94,12 @@ class PytorchQuantizationWrapper(nn.Module):
     (``core.integer_accumulation``): integer products summed in float64, the bias rounded onto the
     accumulator's grid, one float32 rounding at the end. The float path is kept for ONNX export
     (where ONNX Runtime's integer kernels take over) and wherever the input grid is unknown.
+    A model under training has no fixed input scale: ``set_input_holder`` names the activation
+    holder upstream, whose current grid the integer path reads in eval mode (training runs the
+    float path, which has gradients).
     """
 
-    def __init__(self, module: nn.Module, weights_quantizers: Dict[str, InferableQuantizer],
+    def __init__(self, module: nn.Module, weights_quantizers: Dict[str, nn.Module],
                  input_scale: Optional[float] = None):
         super().__init__()
         self.layer = module
@@ -104,43 +107,64 @@ class PytorchQuantizationWrapper(nn.Module):
         integer = input_scale is not None and _integer_kernel(module, self.weights_quantizers) is not None
         self.register_buffer("input_scale", torch.tensor(float(input_scale)) if integer else None)
 
+    def set_input_holder(self, holder: Optional["PytorchActivationQuantizationHolder"]) -> None:
+        # Kept out of the module tree (a reference, not a submodule): the holder belongs to the model.
+        self.__dict__["_input_holder"] = holder
+
     def quantized_weights(self) -> Dict[str, torch.Tensor]:
         return {name: q(getattr(self.layer, name)) for name, q in self.weights_quantizers.items()}
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if self.input_scale is not None and len(args) == 1 and not kwargs and not torch.onnx.is_in_onnx_export():
-            return self._integer_forward(args[0])
+        if len(args) == 1 and not kwargs and not torch.onnx.is_in_onnx_export():
+            input_scale = self._integer_input_scale()
+            if input_scale is not None:
+                return self._integer_forward(args[0], input_scale)
         weights = self.quantized_weights()
         if torch.jit.is_tracing():  # the stateless API refuses tracing (TorchScript / ONNX export)
             return _call_with_tensors(self.layer, weights, args, kwargs)
         return torch.func.functional_call(self.layer, weights, args, kwargs, strict=False)
 
-    def _integer_forward(self, x: torch.Tensor) -> torch.Tensor:
-        wq: InferableQuantizer = self.weights_quantizers["weight"]
-        w_int = self._integer_weights(wq)
-        x_int = torch.round(x.float() / self.input_scale)  # x = (q - zp) * s exactly: this is q - zp
+    def _integer_input_scale(self) -> Optional[torch.Tensor]:
+        if self.input_scale is not None:
+            return self.input_scale
+        holder = self.__dict__.get("_input_holder")
+        if holder is None or self.training or _integer_kernel(self.layer, self.weights_quantizers) is None:
+            return None
+        grid = holder.activation_holder_quantizer.grid()
+        if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
+            return None
+        return torch.as_tensor(grid.scale).detach().float().reshape(())
+
+    def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
+        wq = self.weights_quantizers["weight"]
+        w_grid = wq.grid()
+        w_int = self._integer_weights(wq, w_grid)
+        x_int = torch.round(x.float() / input_scale)  # x = (q - zp) * s exactly: this is q - zp
         acc = _accumulate(_integer_kernel(self.layer, self.weights_quantizers), x_int, w_int)
-        scale = self.input_scale.float() * wq.scale.float()
+        w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
+        scale = input_scale.float() * w_scale.float()
         shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
         bias = getattr(self.layer, "bias", None)
         if bias is not None:
+            bias = bias.detach()
             if "bias" in self.weights_quantizers:
                 bias = self.weights_quantizers["bias"](bias)
-            on_grid = accumulator_bias(bias, self.input_scale, wq.scale)
+            on_grid = accumulator_bias(bias, input_scale, w_scale)
             if on_grid is None:  # beyond int32: integer kernels keep such a bias in float too
                 return acc.float() * scale.reshape(shape) + bias.reshape(shape)
             acc = acc + on_grid[0].reshape(shape)
         return acc.float() * scale.reshape(shape)
 
-    def _integer_weights(self, wq: InferableQuantizer) -> torch.Tensor:
-        """``q_w - zp_w`` (float32, exact), cached until the weights or their grid change."""
+    def _integer_weights(self, wq: nn.Module, grid: quant_math.AffineGrid) -> torch.Tensor:
+        """``q_w - zp_w`` (float32, exact), cached until the weights or the quantizer's state change."""
         w = self.layer.weight
-        key = (w.data_ptr(), w._version, w.device, wq.scale.data_ptr(), wq.scale._version)
+        state = tuple((t.data_ptr(), t._version) for t in (*wq.parameters(), *wq.buffers()))
+        key = (w.data_ptr(), w._version, w.device, state)
         cached = self.__dict__.get("_w_int_cache")
         if cached is None or cached[0] != key:
-            grid = wq.grid()
             with torch.no_grad():
-                w_int = quant_math.quantize(w, grid) - quant_math.per_channel_view(grid.zero_point, w, grid.axis)
+                zero_point = torch.as_tensor(grid.zero_point).detach()
+                w_int = quant_math.quantize(w.detach(), grid) - quant_math.per_channel_view(zero_point, w, grid.axis)
             cached = self.__dict__["_w_int_cache"] = (key, w_int)
         return cached[1]
 
@@ -168,7 +192,8 @@ def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor) -> torch.Tenso
 def _integer_kernel(layer: nn.Module, quantizers: nn.ModuleDict):
     """The layer's integer-kernel function (x_int, w_int) -> accumulator, or None if it has none."""
     wq = quantizers["weight"] if "weight" in quantizers else None
-    if wq is None or wq._lut or (wq.channel_axis not in (None, 0)):
+    grid = wq.grid() if wq is not None else None
+    if not isinstance(grid, quant_math.AffineGrid) or grid.axis not in (None, 0):
         return None
     if type(layer) is nn.Linear:
         return lambda x, w: F.linear(x, w)

@@ -1,0 +1,119 @@
+"""A quantized model whose quantizers train (QAT, and GPTQ next), and its conversion back to an
+inferable model.
+
+The trainable model is the PTQ model's graph built with trainable quantizers in place of the fixed
+ones: the kernel of every quantized layer gets a trainable weight quantizer (other weight
+attributes keep their fixed quantizers, as in MCT) and every quantized activation a trainable
+activation quantizer. Layers run the float path while training (gradients) and, in eval mode, the
+integer-kernel path reading the current grid of the activation holder upstream, so an evaluated
+trainable model gives bitwise what the converted model gives.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator, List, Optional, Tuple
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from hwquant.core import quant_math
+from hwquant.core.graph import Graph, Node
+from hwquant.core.integer_accumulation import input_grid_source
+from hwquant.errors import InvalidConfigError
+from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
+from hwquant.torch.quantizers import (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
+                                      _integer_kernel)
+from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
+
+
+class TrainableQuantizerFactory(QuantizerFactory):
+    """Quantizers of a trainable model: ``make_weights(node, attr)`` for each kernel,
+    ``make_activation(node)`` for each quantized activation, fixed quantizers elsewhere."""
+
+    def __init__(self, kernel_attr: Callable[[Node], Optional[str]],
+                 make_weights: Callable[[Node, str], nn.Module], make_activation: Callable[[Node], nn.Module]):
+        self._kernel_attr, self._make_weights, self._make_activation = kernel_attr, make_weights, make_activation
+
+    def weights(self, node: Node, cfg=None):
+        out = super().weights(node, cfg)
+        attr = self._kernel_attr(node)
+        if attr in out:
+            quantizer = self._make_weights(node, attr)
+            quantizer.initialize_quantization(tuple(node.weights[attr].shape), f"{node.name}.{attr}")
+            out[attr] = quantizer
+        return out
+
+    def activation(self, node: Node, cfg=None):
+        cfg = cfg or node.final_config
+        if cfg is None or not cfg.activation_quantization_cfg.quantized:
+            return None
+        return self._make_activation(node)
+
+    def input_scale(self, graph: Graph, node: Node) -> None:
+        return None  # the input grid learns: read from the holder upstream (set_input_holder)
+
+
+def build_trainable_model(graph: Graph, factory: TrainableQuantizerFactory, device: torch.device) -> fx.GraphModule:
+    """The trainable model of a quantized graph, in training mode, every layer parameter trainable."""
+    model = build_module(graph, factory)
+    placement = model.meta["hwquant_placement"]
+    for node in graph:
+        layer = placement.get(node.name, {}).get("layer")
+        wrapper = model.get_submodule(layer) if layer else None
+        if isinstance(wrapper, PytorchQuantizationWrapper):
+            source = input_grid_source(graph, node, _moves_values)
+            holder = placement.get(source.name, {}).get("holder") if source is not None else None
+            wrapper.set_input_holder(model.get_submodule(holder) if holder else None)
+    quantizer_params = {id(p) for _, q in trainable_quantizers(model) for p in q.parameters()}
+    for p in model.parameters():
+        if id(p) not in quantizer_params:
+            p.requires_grad_(True)
+    return model.to(device).train()
+
+
+def trainable_quantizers(model: nn.Module) -> Iterator[Tuple[nn.Module, BasePytorchTrainableQuantizer]]:
+    """(the wrapper or holder holding it, quantizer) for every trainable quantizer of ``model``."""
+    for module in model.modules():
+        if isinstance(module, PytorchQuantizationWrapper):
+            for q in module.weights_quantizers.values():
+                if isinstance(q, BasePytorchTrainableQuantizer):
+                    yield module, q
+        elif isinstance(module, PytorchActivationQuantizationHolder):
+            if isinstance(module.activation_holder_quantizer, BasePytorchTrainableQuantizer):
+                yield module, module.activation_holder_quantizer
+
+
+def convert_to_inferable(model: nn.Module) -> nn.Module:
+    """Replace every trainable quantizer of ``model`` by its inferable conversion, in place; layers
+    whose input grid is now fixed take the integer-kernel path. Every conversion is made before the
+    first replacement, so a failure leaves the model as it was."""
+    if not isinstance(model, nn.Module):
+        raise InvalidConfigError(f"expected the torch.nn.Module returned by the QAT / GPTQ init, got {type(model).__name__}")
+    found = list(trainable_quantizers(model))
+    if not found:
+        raise InvalidConfigError("the model has no trainable quantizers: pass the model returned by "
+                                 "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
+    names = {id(m): n for n, m in model.named_modules()}
+    converted: List[Tuple[nn.Module, BasePytorchTrainableQuantizer, nn.Module]] = []
+    for owner, q in found:
+        try:
+            converted.append((owner, q, q.convert_to_inferable_quantizers()))
+        except ValueError as e:
+            raise InvalidConfigError(f"cannot convert the quantizer of '{names.get(id(owner), '?')}': {e} "
+                                     f"(did training diverge? its parameters are {[p.tolist() for p in q.parameters()]})") from e
+    for owner, q, inferable in converted:
+        inferable = inferable.to(next(iter(q.parameters()), torch.empty(0)).device)
+        if isinstance(owner, PytorchQuantizationWrapper):
+            key = next(k for k, v in owner.weights_quantizers.items() if v is q)
+            owner.weights_quantizers[key] = inferable
+        else:
+            owner.activation_holder_quantizer = inferable
+    for module in model.modules():
+        if isinstance(module, PytorchQuantizationWrapper):
+            holder = module.__dict__.get("_input_holder")
+            module.set_input_holder(None)
+            if holder is not None and _integer_kernel(module.layer, module.weights_quantizers) is not None:
+                grid = holder.activation_holder_quantizer.grid()
+                if isinstance(grid, quant_math.AffineGrid) and grid.axis is None:
+                    module.input_scale = torch.tensor(float(grid.scale), device=module.layer.weight.device)
+    return model

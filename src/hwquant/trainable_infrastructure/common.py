@@ -1,0 +1,115 @@
+"""Framework-free pieces of the trainable-quantizer infrastructure: what a quantizer trains
+(QuantizationTarget), how (TrainingMethod), which of its variables belong together (VariableGroup),
+and the registry that finds the quantizer class for (target, quantization method, training method).
+
+Quantizer classes register themselves with :func:`mark_quantizer`; the QAT and GPTQ builders ask
+:func:`get_trainable_quantizer_class`, whose error lists what is available.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from hwquant.errors import InvalidConfigError
+from hwquant.tpc.enums import QuantizationMethod
+
+__all__ = ["TrainingMethod", "QuantizationTarget", "VariableGroup", "mark_quantizer",
+           "get_trainable_quantizer_class", "registered_quantizers"]
+
+
+class TrainingMethod(Enum):
+    """How a trainable quantizer learns.
+
+    STE: rounding passed straight through (its gradient is 1); a value clipped by the grid gets no
+    gradient, and a learned threshold / range learns from the clipped values only.
+    DQA: DNN quantization with attention (in the API; no hwquant quantizer implements it yet).
+    LSQ: learned step size (Esser et al. 2020): the step size also learns from the rounding error,
+    its gradient scaled by 1 / sqrt(N * Q_max).
+    """
+    STE = "STE"
+    DQA = "DQA"
+    LSQ = "LSQ"
+
+
+class QuantizationTarget(Enum):
+    Activation = "Activation"
+    Weights = "Weights"
+
+
+class VariableGroup(Enum):
+    """The two kinds of trainable variables of a quantizer (an optimizer may treat them apart)."""
+    WEIGHTS = 0
+    QPARAMS = 1
+
+
+_Key = Tuple[QuantizationTarget, QuantizationMethod, TrainingMethod]
+_REGISTRY: Dict[_Key, List[type]] = {}
+
+
+def _as_member(enum_cls, value, what: str):
+    if isinstance(value, enum_cls):
+        return value
+    if isinstance(value, tuple) and len(value) == 1:  # MCT's TrainingMethod values are 1-tuples ("STE",)
+        value = value[0]
+    for m in enum_cls:
+        if value in (m.value, m.name) or getattr(value, "name", None) == m.name:
+            return m
+    raise InvalidConfigError(f"{what} must be one of {[m.name for m in enum_cls]}, got {value!r}")
+
+
+def mark_quantizer(quantization_target: QuantizationTarget, quantization_method: Iterable[QuantizationMethod],
+                   identifier: TrainingMethod):
+    """Class decorator: register a trainable quantizer for ``quantization_target`` under each of the
+    quantization methods and the training method ``identifier``. The class gets the attributes
+    ``quantization_target``, ``quantization_method`` (a list) and ``identifier``."""
+    target = _as_member(QuantizationTarget, quantization_target, "quantization_target")
+    methods = [_as_member(QuantizationMethod, m, "quantization_method") for m in quantization_method]
+    training = _as_member(TrainingMethod, identifier, "identifier")
+    if not methods:
+        raise InvalidConfigError("mark_quantizer needs at least one quantization_method")
+
+    def register(cls: type) -> type:
+        for m in methods:
+            classes = _REGISTRY.setdefault((target, m, training), [])
+            clash = [c for c in classes if _name(c) != _name(cls) and _framework(c) == _framework(cls)]
+            if clash:
+                raise InvalidConfigError(f"{cls.__name__}: a {target.name} quantizer for ({m.name}, {training.name}) "
+                                         f"is already registered ({clash[0].__name__})")
+            classes[:] = [c for c in classes if _name(c) != _name(cls)] + [cls]  # a reloaded module replaces
+        cls.quantization_target, cls.quantization_method, cls.identifier = target, methods, training
+        return cls
+    return register
+
+
+def _name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _framework(cls: type) -> Optional[str]:
+    """The framework a quantizer class is written for (its base class sets ``framework``)."""
+    return getattr(cls, "framework", None)
+
+
+def get_trainable_quantizer_class(quant_target: QuantizationTarget, quantizer_id: TrainingMethod,
+                                  quant_method: QuantizationMethod, quantizer_base_class: type) -> type:
+    """The registered subclass of ``quantizer_base_class`` for (target, training method, quantization
+    method); an InvalidConfigError naming what is registered otherwise."""
+    target = _as_member(QuantizationTarget, quant_target, "quantization target")
+    training = _as_member(TrainingMethod, quantizer_id, "training method")
+    method = _as_member(QuantizationMethod, quant_method, "quantization method")
+    found = [c for c in _REGISTRY.get((target, method, training), []) if issubclass(c, quantizer_base_class)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise InvalidConfigError(f"several {target.name} quantizers registered for ({method.name}, {training.name}): "
+                                 f"{[c.__name__ for c in found]}")
+    available = sorted(f"({m.name}, {t.name})" for (tg, m, t), classes in _REGISTRY.items()
+                       if tg == target and any(issubclass(c, quantizer_base_class) for c in classes))
+    raise InvalidConfigError(f"no trainable {target.name.lower()} quantizer for quantization method {method.name} with "
+                             f"training method {training.name}; available (method, training): {', '.join(available)}. "
+                             f"Choose another training method (QATConfig) or a TPC whose quantization method has one")
+
+
+def registered_quantizers() -> Dict[_Key, List[type]]:
+    """A copy of the registry (for listing what is available)."""
+    return {k: list(v) for k, v in _REGISTRY.items()}
