@@ -10,8 +10,8 @@ backward pass is written out rather than left to autograd, because rounding has 
     dy/ds = round(x / s) - x / s inside (LSQ) or 0 inside (STE);  qmin - z below;  qmax - z above
     dy/dz = 0 inside;  -s outside
 
-The zero point is rounded to an integer of [qmin, qmax] inside the forward pass (a learned zero
-point is a float); its gradient passes that rounding straight through, and is 0 where it clamps.
+The zero point must hold integers of [qmin, qmax] (a learned one is rounded before, with
+:func:`straight_through`).
 
 The scale's gradient is multiplied by ``scale_grad_factor`` (LSQ's 1 / sqrt(N * Q_max)).
 """
@@ -36,8 +36,7 @@ def _sum_to(t: torch.Tensor, like: torch.Tensor, axis: Optional[int]) -> torch.T
 class _AffineFakeQuantize(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, scale, zero_point, qmin, qmax, axis, learn_rounding, scale_grad_factor):
-        z = torch.round(zero_point.detach()).clamp(qmin, qmax)
-        grid = quant_math.AffineGrid(scale.detach(), z, qmin, qmax, axis)
+        grid = quant_math.AffineGrid(scale.detach(), zero_point.detach(), qmin, qmax, axis)
         r = quant_math.unclipped_integers(x, grid)
         y = quant_math.dequantize(r.clamp(qmin, qmax), grid)
         ctx.save_for_backward(x, scale, zero_point, r)
@@ -61,9 +60,7 @@ class _AffineFakeQuantize(torch.autograd.Function):
             term = torch.where(below, grid.qmin - z, torch.where(above, grid.qmax - z, inner))
             gs = _sum_to(g32 * term, scale, grid.axis).to(scale.dtype) * ctx.scale_grad_factor
         if ctx.needs_input_grad[2]:
-            gz = _sum_to(torch.where(inside, torch.zeros_like(r), -s * g32), zero_point, grid.axis)
-            in_range = (torch.round(zero_point) >= grid.qmin) & (torch.round(zero_point) <= grid.qmax)
-            gz = (gz * in_range).to(zero_point.dtype)
+            gz = _sum_to(torch.where(inside, torch.zeros_like(r), -s * g32), zero_point, grid.axis).to(zero_point.dtype)
         return gx, gs, gz, None, None, None, None, None
 
 

@@ -75,7 +75,8 @@ class _SymmetricQuantizer(_TrainableAffineQuantizer):
 
 
 class _UniformQuantizer(_TrainableAffineQuantizer):
-    """Learns the scale and a float zero point (rounded into [0, 2**n - 1] in the forward pass)."""
+    """Learns the scale and a float zero point (clamped to [0, 2**n - 1] and rounded, straight
+    through, in the forward pass)."""
 
     def __init__(self, quantization_config, freeze_quant_params=None):
         super().__init__(quantization_config, freeze_quant_params)
@@ -88,14 +89,15 @@ class _UniformQuantizer(_TrainableAffineQuantizer):
     def grid(self) -> quant_math.AffineGrid:
         levels = 2 ** self.num_bits - 1
         scale = self.scale.clamp_min(MIN_THRESHOLD / levels)
-        return quant_math.AffineGrid(scale, self.zero_point, 0, levels, self.channel_axis)
+        z = self.zero_point.clamp(0, levels)  # no gradient where it clamps
+        return quant_math.AffineGrid(scale, straight_through(z, torch.round(z)), 0, levels, self.channel_axis)
 
     def inferable_params(self) -> Dict[str, Any]:
         # The exact range of the grid the forward pass used: (q - z) * s at q = 0 and q = 2**n - 1,
         # in float64 (exact for a float32 scale); uniform_grid() turns it back into the same s and z.
         grid = self.grid()
         s = grid.scale.detach().cpu().double().numpy()
-        z = torch.round(grid.zero_point.detach()).clamp(grid.qmin, grid.qmax).cpu().double().numpy()
+        z = grid.zero_point.detach().cpu().double().numpy()
         lo, hi = -z * s, (grid.qmax - z) * s
         return {RANGE_MIN: float(lo) if lo.ndim == 0 else lo, RANGE_MAX: float(hi) if hi.ndim == 0 else hi}
 
