@@ -70,3 +70,29 @@ def test_export_and_save_from_cuda(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(x.cuda()), q(x.cuda()))
     np.testing.assert_array_equal(q(x.cuda()).detach().cpu().numpy(), ref)
+
+
+def test_qat_trains_and_finalizes_on_cuda():
+    torch.manual_seed(0)
+    model = Net().eval().cuda()
+    data = _data("cuda")
+    cfg = mct.qat.QATConfig(weight_training_method="LSQ", activation_training_method="LSQ")
+    qat, _ = mct.qat.pytorch_quantization_aware_training_init_experimental(model, lambda: iter(data), qat_config=cfg)
+    assert all(p.device.type == "cuda" for p in qat.parameters())
+    opt = torch.optim.Adam([p for p in qat.parameters() if p.requires_grad], lr=1e-3)
+    labels = torch.randint(0, 10, (16,), device="cuda")
+    losses = []
+    for step in range(10):
+        loss = F.cross_entropy(qat(data[step % 4][0]), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    qat.eval()
+    with torch.no_grad():
+        trained = qat(data[0][0])
+    final = mct.qat.pytorch_quantization_aware_training_finalize_experimental(qat)
+    assert all(b.device.type == "cuda" for b in final.buffers())
+    with torch.no_grad():
+        assert torch.equal(final(data[0][0]), trained)

@@ -152,7 +152,11 @@ class PytorchQuantizationWrapper(nn.Module):
             on_grid = accumulator_bias(bias, input_scale, w_scale)
             if on_grid is None:  # beyond int32: integer kernels keep such a bias in float too
                 return acc.float() * scale.reshape(shape) + bias.reshape(shape)
-            acc = acc + on_grid[0].reshape(shape)
+            b = on_grid[0].reshape(shape)
+            # float32(acc + b) either way: a float32 sum of exact integers rounds once, like the
+            # float64 sum then its float32 rounding (b itself exact in float32 below 2**24)
+            acc = acc + b.float() if acc.dtype == torch.float32 and float(b.abs().max()) < _F32_EXACT \
+                else acc.double() + b
         return acc.float() * scale.reshape(shape)
 
     def _integer_weights(self, wq: nn.Module, grid: quant_math.AffineGrid) -> torch.Tensor:
@@ -173,15 +177,16 @@ _F32_EXACT = 2.0 ** 24  # integers up to here are exact in float32, whatever the
 
 
 def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor) -> torch.Tensor:
-    """The exact integer accumulator (float64). float32 kernels where every partial sum stays below
-    2**24 (a bound from the largest |x| and |w| and the terms per output), else x split into its high
-    and low 4 bits (two float32 passes), else float64; always float64 on CUDA (TF32 would round)."""
+    """The exact integer accumulator: float32 kernels where every partial sum stays below 2**24 (a
+    bound from the largest |x| and |w| and the terms per output; the result float32, exact), else x
+    split into its high and low 4 bits (two float32 passes), else float64 (those two give float64);
+    always float64 on CUDA (TF32 would round)."""
     if x_int.is_cuda:
         return kernel(x_int.double(), w_int.double())
     terms, w_max = w_int[0].numel(), float(w_int.abs().max())
     x_max = float(x_int.abs().max()) if x_int.numel() else 0.0
     if terms * x_max * w_max < _F32_EXACT:
-        return kernel(x_int, w_int).double()
+        return kernel(x_int, w_int)
     high = torch.floor(x_int / 16)
     low = x_int - 16 * high
     if terms * max(float(high.abs().max()), 15.0) * w_max < _F32_EXACT:
