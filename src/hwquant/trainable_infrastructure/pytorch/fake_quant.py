@@ -34,34 +34,29 @@ def _sum_to(t: torch.Tensor, like: torch.Tensor, axis: Optional[int]) -> torch.T
 
 
 class _AffineFakeQuantize(torch.autograd.Function):
+    # The backward pass uses y = (q - z) s, so that every term is a sum over x's elements:
+    #   dL/ds = sum(g (y - inside x)) / s  (LSQ),  sum(g outside y) / s  (STE),   dL/dz = -s sum(g outside)
     @staticmethod
     def forward(ctx, x, scale, zero_point, qmin, qmax, axis, learn_rounding, scale_grad_factor):
         grid = quant_math.AffineGrid(scale.detach(), zero_point.detach(), qmin, qmax, axis)
         r = quant_math.unclipped_integers(x, grid)
-        y = quant_math.dequantize(r.clamp(qmin, qmax), grid)
-        ctx.save_for_backward(x, scale, zero_point, r)
-        ctx.grid, ctx.learn_rounding, ctx.scale_grad_factor = grid, learn_rounding, scale_grad_factor
+        q = r.clamp(qmin, qmax)
+        y = quant_math.dequantize(q, grid)
+        ctx.save_for_backward(x, y, q == r, scale, zero_point)
+        ctx.axis, ctx.learn_rounding, ctx.scale_grad_factor = axis, learn_rounding, scale_grad_factor
         return y
 
     @staticmethod
     def backward(ctx, g):
-        x, scale, zero_point, r = ctx.saved_tensors
-        grid = ctx.grid
-        below, above = r < grid.qmin, r > grid.qmax
-        inside = ~(below | above)
-        g32 = g.to(r.dtype)
-        gx = gs = gz = None
-        if ctx.needs_input_grad[0]:
-            gx = (g32 * inside).to(g.dtype)
-        s = quant_math.per_channel_view(scale.detach(), r, grid.axis)
-        z = quant_math.per_channel_view(grid.zero_point, r, grid.axis)
+        x, y, inside, scale, zero_point = ctx.saved_tensors
+        gx = torch.where(inside, g, torch.zeros_like(g))
+        gs = gz = None
         if ctx.needs_input_grad[1]:
-            inner = (r - z) - x.to(r.dtype) / s if ctx.learn_rounding else torch.zeros_like(r)
-            term = torch.where(below, grid.qmin - z, torch.where(above, grid.qmax - z, inner))
-            gs = _sum_to(g32 * term, scale, grid.axis).to(scale.dtype) * ctx.scale_grad_factor
+            moved = g * y - gx * x if ctx.learn_rounding else (g - gx) * y
+            gs = (_sum_to(moved, scale, ctx.axis) / scale.detach()) * ctx.scale_grad_factor
         if ctx.needs_input_grad[2]:
-            gz = _sum_to(torch.where(inside, torch.zeros_like(r), -s * g32), zero_point, grid.axis).to(zero_point.dtype)
-        return gx, gs, gz, None, None, None, None, None
+            gz = -scale.detach() * _sum_to(g - gx, zero_point, ctx.axis)
+        return (gx if ctx.needs_input_grad[0] else None), gs, gz, None, None, None, None, None
 
 
 def affine_fake_quantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor, qmin: int, qmax: int,
