@@ -161,6 +161,24 @@ def load_cached_fashion_model(name: str) -> nn.Module:
     return model.eval()
 
 
+def fit(model: nn.Module, train_x: torch.Tensor, train_y: torch.Tensor, opt, sched, epochs: int, batch: int,
+        seed: int) -> float:
+    """Cross-entropy training, shuffled with a fixed seed, the scheduler stepped per batch; seconds taken."""
+    gen = torch.Generator().manual_seed(seed)
+    model.train()
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        perm = torch.randperm(len(train_x), generator=gen)
+        for i in range(len(train_x) // batch):
+            idx = perm[i * batch:(i + 1) * batch]
+            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+    return time.perf_counter() - t0
+
+
 def trained_fashion_model(name: str, epochs: int = 2, verbose: bool = True) -> nn.Module:
     """Train (once, deterministically) or load from .cache/models/, returned in eval mode."""
     path = fashion_model_cache_path(name)
@@ -180,22 +198,11 @@ def trained_fashion_model(name: str, epochs: int = 2, verbose: bool = True) -> n
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     # One-cycle schedule: reaches good accuracy in 1-2 epochs, which keeps training under a minute.
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=steps)
-    gen = torch.Generator().manual_seed(0)
-    t0 = time.perf_counter()
-    model.train()
-    for _ in range(epochs):
-        perm = torch.randperm(len(train_x), generator=gen)
-        for i in range(len(train_x) // batch):
-            idx = perm[i * batch:(i + 1) * batch]
-            loss = F.cross_entropy(model(train_x[idx]), train_y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
+    seconds = fit(model, train_x, train_y, opt, sched, epochs, batch, seed=0)
     model = model.to(memory_format=torch.contiguous_format).eval()
     acc = accuracy(model, test_x, test_y)
     if verbose:
-        print(f"trained {name}: {epochs} epochs in {time.perf_counter() - t0:.1f} s, test accuracy {acc:.2%}")
+        print(f"trained {name}: {epochs} epochs in {seconds:.1f} s, test accuracy {acc:.2%}")
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"state_dict": model.state_dict(), "test_accuracy": acc, "epochs": epochs}, path)
     return model
