@@ -74,11 +74,16 @@ class QuantizerFactory:
         grid = input_grid(graph, node, _moves_values)
         return None if grid is None else float(grid.scale)
 
-    def activation(self, node: Node, cfg: Any = None) -> Optional[InferableQuantizer]:
+    @staticmethod
+    def quantized_activation(node: Node, cfg: Any = None) -> Any:
+        """The node's activation config under `cfg` (default: its final config) if it is quantized, else None."""
         cfg = cfg or node.final_config
-        if cfg is None or not cfg.activation_quantization_cfg.quantized:
+        return cfg.activation_quantization_cfg if cfg is not None and cfg.activation_quantization_cfg.quantized else None
+
+    def activation(self, node: Node, cfg: Any = None) -> Optional[InferableQuantizer]:
+        ac = self.quantized_activation(node, cfg)
+        if ac is None:
             return None
-        ac = cfg.activation_quantization_cfg
         return InferableQuantizer(ac.activation_quantization_method, ac.activation_n_bits,
                                   ac.activation_quantization_params, target="activation")
 

@@ -44,10 +44,7 @@ class TrainableQuantizerFactory(QuantizerFactory):
         return out
 
     def activation(self, node: Node, cfg=None):
-        cfg = cfg or node.final_config
-        if cfg is None or not cfg.activation_quantization_cfg.quantized:
-            return None
-        return self._make_activation(node)
+        return self._make_activation(node) if self.quantized_activation(node, cfg) is not None else None
 
     def input_scale(self, graph: Graph, node: Node) -> None:
         return None  # the input grid learns: read from the holder upstream (set_input_holder)
