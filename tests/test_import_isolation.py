@@ -11,13 +11,15 @@ FRAMEWORKS = ("torch", "tensorflow", "keras")
 FRAMEWORK_FREE = ["core", "tpc", "target_platform_capabilities", "trainable_infrastructure/config.py",
                   "trainable_infrastructure/common.py", "trainable_infrastructure/node_configs.py",
                   "trainable_infrastructure/__init__.py", "qat/__init__.py", "qat/config.py",
+                  "gptq/__init__.py", "gptq/config.py",
                   "target_platform.py", "constants.py", "errors.py", "fileio.py", "logger.py",
                   "exporter/formats.py", "exporter/quantizer_spec.py", "exporter/onnx_graph.py",
                   "exporter/onnx_lowering.py", "exporter/onnx_int8.py", "exporter/onnx_runtime.py"]
 
 
 @pytest.mark.parametrize("module", ["hwquant", "hwquant.core", "hwquant.tpc", "hwquant.target_platform_capabilities",
-                                    "hwquant.core.quant_math", "hwquant.qat", "hwquant.trainable_infrastructure"])
+                                    "hwquant.core.quant_math", "hwquant.qat", "hwquant.trainable_infrastructure",
+                                    "hwquant.gptq"])
 def test_importing_loads_no_framework(module):
     code = (f"import sys, {module}; "
             f"print([m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}])")

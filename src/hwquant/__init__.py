@@ -8,7 +8,7 @@ The public namespaces mirror the documented Model Compression Toolkit API.
 """
 __version__ = "0.1.0"
 
-from hwquant import (constants, core, exporter, ptq, qat, target_platform,  # noqa: F401,E402
+from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
                      target_platform_capabilities, trainable_infrastructure)
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)

@@ -1,0 +1,123 @@
+"""GPTQ configuration (framework-free): GradientPTQConfig and its parts, with MCT 2.6's fields and
+defaults. The optimizers are kept as given (a framework optimizer, its class, or a factory) and
+interpreted by the framework's GPTQ runner."""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Dict, Optional
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from hwquant.core.config import Flag, OptCallable, ValidatedConfig, _rule, as_int, as_real, enum_coercer
+
+__all__ = ["RoundingType", "GPTQHessianScoresConfig", "QFractionLinearAnnealingConfig",
+           "GradualActivationQuantizationConfig", "GradientPTQConfig", "ACT_HESSIAN_DEFAULT_BATCH_SIZE"]
+
+ACT_HESSIAN_DEFAULT_BATCH_SIZE = 32
+PositiveInt = Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be an int >= 1")]
+NonNegativeInt = Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 0, "must be an int >= 0")]
+Fraction = Annotated[float, BeforeValidator(as_real), _rule(lambda v: 0 <= v <= 1, "must be in [0, 1]")]
+
+
+class RoundingType(Enum):
+    """How GPTQ learns each weight's rounding: STE (straight-through) or SoftQuantizer (a learned
+    soft rounding with a regulariser that pushes it to 0 / 1)."""
+    STE = 0
+    SoftQuantizer = 1
+
+
+class GPTQHessianScoresConfig(ValidatedConfig):
+    """Hessian-based weights of the GPTQ loss. ``per_sample`` gives each sample its own weight
+    (sample-layer attention); ``norm_scores`` / ``log_norm`` default to ``not per_sample``."""
+
+    per_sample: Flag
+    hessians_num_samples: Optional[PositiveInt]
+    norm_scores: Optional[Flag] = None
+    log_norm: Optional[Flag] = None
+    scale_log_norm: Flag = False
+    hessian_batch_size: PositiveInt = ACT_HESSIAN_DEFAULT_BATCH_SIZE
+
+    @model_validator(mode="after")
+    def _defaults(self):
+        for name in ("norm_scores", "log_norm"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, not self.per_sample)
+        return self
+
+
+class QFractionLinearAnnealingConfig(ValidatedConfig):
+    """The quantized fraction of gradual activation quantization, linear from ``initial_q_fraction``
+    at ``start_step`` to ``target_q_fraction`` at ``end_step`` (None: the last step)."""
+
+    initial_q_fraction: Fraction
+    target_q_fraction: Fraction
+    start_step: NonNegativeInt
+    end_step: Optional[NonNegativeInt]
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.initial_q_fraction < self.target_q_fraction:
+            raise ValueError(f"needs 0 <= initial_q_fraction < target_q_fraction <= 1, got initial_q_fraction="
+                             f"{self.initial_q_fraction}, target_q_fraction={self.target_q_fraction}")
+        if self.end_step is not None and self.end_step <= self.start_step:
+            raise ValueError(f"needs start_step < end_step, got start_step={self.start_step}, end_step={self.end_step}")
+        return self
+
+
+def _default_annealing() -> QFractionLinearAnnealingConfig:
+    return QFractionLinearAnnealingConfig(initial_q_fraction=0.0, target_q_fraction=1.0, start_step=0, end_step=None)
+
+
+class GradualActivationQuantizationConfig(ValidatedConfig):
+    """Gradual activation quantization: each quantized activation is ``q * f + x * (1 - f)`` with the
+    quantized fraction ``f`` following the scheduler (by default linearly from 0 to 1)."""
+
+    q_fraction_scheduler_policy: QFractionLinearAnnealingConfig = Field(default_factory=_default_annealing)
+
+    @field_validator("q_fraction_scheduler_policy", mode="before")
+    @classmethod
+    def _policy(cls, v: Any) -> Any:
+        if not isinstance(v, QFractionLinearAnnealingConfig):
+            raise ValueError(f"must be a QFractionLinearAnnealingConfig (the only scheduler), got {type(v).__name__}")
+        return v
+
+
+class GradientPTQConfig(ValidatedConfig):
+    """Configuration of gradient-based PTQ (MCT 2.6's fields, in its order)."""
+
+    n_epochs: PositiveInt
+    loss: OptCallable
+    optimizer: Any
+    optimizer_rest: Any
+    train_bias: Flag
+    hessian_weights_config: Optional[GPTQHessianScoresConfig]
+    gradual_activation_quantization_config: Optional[GradualActivationQuantizationConfig]
+    regularization_factor: Annotated[float, BeforeValidator(as_real), _rule(lambda v: v >= 0, "must be >= 0")]
+    rounding_type: Annotated[RoundingType, enum_coercer(RoundingType)] = RoundingType.SoftQuantizer
+    optimizer_quantization_parameter: Any = None
+    optimizer_bias: Any = None
+    log_function: OptCallable = None
+    gptq_quantizer_params_override: Optional[Dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("gptq_quantizer_params_override", mode="before")
+    @classmethod
+    def _override(cls, v: Any) -> Dict[str, Any]:
+        if v is None:
+            return {}
+        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+            raise ValueError(f"must be None or a dict of quantizer constructor arguments by name, got {v!r}")
+        return dict(v)
+
+    @field_validator("hessian_weights_config", mode="before")
+    @classmethod
+    def _hessian(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, GPTQHessianScoresConfig):
+            raise ValueError(f"must be a GPTQHessianScoresConfig or None, got {type(v).__name__}")
+        return v
+
+    @field_validator("gradual_activation_quantization_config", mode="before")
+    @classmethod
+    def _gradual(cls, v: Any) -> Any:
+        if v is not None and not isinstance(v, GradualActivationQuantizationConfig):
+            raise ValueError(f"must be a GradualActivationQuantizationConfig or None, got {type(v).__name__}")
+        return v
