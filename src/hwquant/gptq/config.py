@@ -9,6 +9,7 @@ from typing import Annotated, Any, Dict, Optional
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from hwquant.core.config import Flag, OptCallable, ValidatedConfig, _rule, as_int, as_real, enum_coercer
+from hwquant.trainable_infrastructure.common import quantizer_params_override
 
 __all__ = ["RoundingType", "GPTQHessianScoresConfig", "QFractionLinearAnnealingConfig",
            "GradualActivationQuantizationConfig", "GradientPTQConfig", "ACT_HESSIAN_DEFAULT_BATCH_SIZE"]
@@ -82,6 +83,14 @@ class GradualActivationQuantizationConfig(ValidatedConfig):
         return v
 
 
+def _instance_or_none(cls: type):
+    def check(v: Any) -> Any:
+        if v is not None and not isinstance(v, cls):
+            raise ValueError(f"must be a {cls.__name__} or None, got {type(v).__name__}")
+        return v
+    return check
+
+
 class GradientPTQConfig(ValidatedConfig):
     """Configuration of gradient-based PTQ (MCT 2.6's fields, in its order)."""
 
@@ -99,25 +108,7 @@ class GradientPTQConfig(ValidatedConfig):
     log_function: OptCallable = None
     gptq_quantizer_params_override: Optional[Dict[str, Any]] = Field(default_factory=dict)
 
-    @field_validator("gptq_quantizer_params_override", mode="before")
-    @classmethod
-    def _override(cls, v: Any) -> Dict[str, Any]:
-        if v is None:
-            return {}
-        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
-            raise ValueError(f"must be None or a dict of quantizer constructor arguments by name, got {v!r}")
-        return dict(v)
-
-    @field_validator("hessian_weights_config", mode="before")
-    @classmethod
-    def _hessian(cls, v: Any) -> Any:
-        if v is not None and not isinstance(v, GPTQHessianScoresConfig):
-            raise ValueError(f"must be a GPTQHessianScoresConfig or None, got {type(v).__name__}")
-        return v
-
-    @field_validator("gradual_activation_quantization_config", mode="before")
-    @classmethod
-    def _gradual(cls, v: Any) -> Any:
-        if v is not None and not isinstance(v, GradualActivationQuantizationConfig):
-            raise ValueError(f"must be a GradualActivationQuantizationConfig or None, got {type(v).__name__}")
-        return v
+    _override = field_validator("gptq_quantizer_params_override", mode="before")(quantizer_params_override)
+    _hessian = field_validator("hessian_weights_config", mode="before")(_instance_or_none(GPTQHessianScoresConfig))
+    _gradual = field_validator("gradual_activation_quantization_config", mode="before")(
+        _instance_or_none(GradualActivationQuantizationConfig))

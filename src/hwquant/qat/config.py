@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 from pydantic import Field, field_validator
 
 from hwquant.core.config import ValidatedConfig
-from hwquant.trainable_infrastructure.common import TrainingMethod, _as_member
+from hwquant.trainable_infrastructure.common import TrainingMethod, _as_member, quantizer_params_override
 
 __all__ = ["QATConfig"]
 
@@ -29,11 +29,5 @@ class QATConfig(ValidatedConfig):
         except Exception as e:  # pydantic reports ValueErrors with the field name
             raise ValueError(str(e)) from None
 
-    @field_validator("weight_quantizer_params_override", "activation_quantizer_params_override", mode="before")
-    @classmethod
-    def _override(cls, v: Any) -> Dict[str, Any]:
-        if v is None:
-            return {}
-        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
-            raise ValueError(f"must be None or a dict of quantizer constructor arguments by name, got {v!r}")
-        return dict(v)
+    _override = field_validator("weight_quantizer_params_override", "activation_quantizer_params_override",
+                                mode="before")(quantizer_params_override)

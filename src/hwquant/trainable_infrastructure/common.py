@@ -8,7 +8,7 @@ Quantizer classes register themselves with :func:`mark_quantizer`; the QAT and G
 from __future__ import annotations
 
 from enum import Enum
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
@@ -108,6 +108,16 @@ def get_trainable_quantizer_class(quant_target: QuantizationTarget, quantizer_id
     raise InvalidConfigError(f"no trainable {target.name.lower()} quantizer for quantization method {method.name} with "
                              f"training method {training.name}; available (method, training): {', '.join(available)}. "
                              f"Choose another training method (QATConfig) or a TPC whose quantization method has one")
+
+
+def quantizer_params_override(v: Any) -> Dict[str, Any]:
+    """A QAT / GPTQ ``*_quantizer_params_override``: None -> {}, else a dict of constructor arguments by
+    name (checked against the quantizer's constructor when the model is built)."""
+    if v is None:
+        return {}
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise ValueError(f"must be None or a dict of quantizer constructor arguments by name, got {v!r}")
+    return dict(v)
 
 
 def registered_quantizers() -> Dict[_Key, List[type]]:
