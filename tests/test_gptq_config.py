@@ -43,3 +43,29 @@ def test_bad_values_are_refused_with_the_rule():
         GradientPTQConfig(1, None, None, None, True, None, None, 1.0, gptq_quantizer_params_override=[1])
     with pytest.raises(ValueError, match="hessian_batch_size\n.*must be an int >= 1"):
         GPTQHessianScoresConfig(per_sample=True, hessians_num_samples=None, hessian_batch_size=0)
+
+
+def test_get_pytorch_gptq_config_defaults_and_choices():
+    import torch
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=5)
+    assert cfg.n_epochs == 5 and cfg.train_bias and cfg.rounding_type is RoundingType.SoftQuantizer
+    assert isinstance(cfg.optimizer, torch.optim.Adam) and cfg.optimizer.defaults["lr"] == 3e-2
+    assert cfg.optimizer_rest.defaults["lr"] == 1e-4
+    assert isinstance(cfg.optimizer_bias, torch.optim.SGD) and cfg.optimizer_bias.defaults["momentum"] == 0.9
+    assert cfg.hessian_weights_config.per_sample and cfg.regularization_factor == 10
+    assert cfg.gradual_activation_quantization_config is not None
+    plain = mct.gptq.get_pytorch_gptq_config(3, use_hessian_sample_attention=False, gradual_activation_quantization=False)
+    assert plain.hessian_weights_config.hessians_num_samples == 256 and not plain.hessian_weights_config.per_sample
+    assert plain.regularization_factor == 0.01 and plain.gradual_activation_quantization_config is None
+    none = mct.gptq.get_pytorch_gptq_config(3, use_hessian_based_weights=False, use_hessian_sample_attention=False)
+    assert none.hessian_weights_config is None
+    sgd = torch.optim.SGD([torch.zeros(0)], lr=0.5)
+    assert mct.gptq.get_pytorch_gptq_config(1, optimizer=sgd, regularization_factor=0.0).optimizer is sgd
+    with pytest.raises(ValueError, match="needs use_hessian_based_weights=True"):
+        mct.gptq.get_pytorch_gptq_config(1, use_hessian_based_weights=False)
+    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+        mct.gptq.get_pytorch_gptq_config(1, optimizer="adam")
+    with pytest.raises(TypeError, match="gradual_activation_quantization must be"):
+        mct.gptq.get_pytorch_gptq_config(1, gradual_activation_quantization="yes")
+    with pytest.raises(ValueError, match="n_epochs"):
+        mct.gptq.get_pytorch_gptq_config(0)
