@@ -2,6 +2,7 @@
 DistributedDataParallel, finalize, export, and the error paths."""
 import os
 import pickle
+import socket
 
 import numpy as np
 import pytest
@@ -175,7 +176,9 @@ def test_distributed_data_parallel_matches_single_process(setup, tmp_path):
     qat, _ = init(setup, qat_config=LSQ)
     path = str(tmp_path / "ddp.pt")
     torch.save({"model": qat, "data": data[:2], "labels": labels[:2]}, path)
-    port = 29500 + os.getpid() % 1000
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     torch.multiprocessing.spawn(_ddp_worker, args=(2, path, port), nprocs=2, join=True)
     distributed = torch.load(path + ".out", weights_only=True)
 
