@@ -117,8 +117,9 @@ class PytorchQuantizationWrapper(nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 1 and not kwargs and not torch.onnx.is_in_onnx_export():
             input_scale = self._integer_input_scale()
-            if input_scale is not None:
-                return self._integer_forward(args[0], input_scale)
+            kernel = _integer_kernel(self.layer, self.weights_quantizers) if input_scale is not None else None
+            if kernel is not None:
+                return self._integer_forward(args[0], input_scale, kernel)
         weights = self.quantized_weights()
         if torch.jit.is_tracing():  # the stateless API refuses tracing (TorchScript / ONNX export)
             return _call_with_tensors(self.layer, weights, args, kwargs)
@@ -128,19 +129,19 @@ class PytorchQuantizationWrapper(nn.Module):
         if self.input_scale is not None:
             return self.input_scale
         holder = self.__dict__.get("_input_holder")
-        if holder is None or self.training or _integer_kernel(self.layer, self.weights_quantizers) is None:
+        if holder is None or self.training:
             return None
         grid = holder.activation_holder_quantizer.grid()
         if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
             return None
         return torch.as_tensor(grid.scale).detach().float().reshape(())
 
-    def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor) -> torch.Tensor:
+    def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor, kernel) -> torch.Tensor:
         wq = self.weights_quantizers["weight"]
         w_grid = wq.grid()
         w_int = self._integer_weights(wq, w_grid)
         x_int = torch.round(x.float() / input_scale)  # x = (q - zp) * s exactly: this is q - zp
-        acc = _accumulate(_integer_kernel(self.layer, self.weights_quantizers), x_int, w_int)
+        acc = _accumulate(kernel, x_int, w_int)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
         scale = input_scale.float() * w_scale.float()
         shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
