@@ -168,6 +168,7 @@ def _ddp_worker(rank, world, path, port):
         opt.step()
     if rank == 0:
         torch.save(model.module.state_dict(), path + ".out")
+    dist.barrier()  # both ranks leave together: gloo aborts a process whose peer tears down first
     dist.destroy_process_group()
 
 
