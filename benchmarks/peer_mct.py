@@ -58,6 +58,8 @@ def main(argv=None) -> None:
                     help="mp: activation-memory target = ratio x the activation memory at the largest candidates")
     ap.add_argument("--tpc-version", default="1.0", help="IMX500 TPC version")
     ap.add_argument("--gptq-epochs", type=int, default=5)
+    ap.add_argument("--kernel-bits", type=int, default=None,
+                    help="gptq: every Conv2d/Linear kernel at this many bits (BitWidthConfig); w4 implies 4")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -75,14 +77,15 @@ def main(argv=None) -> None:
             yield [calib[i:i + args.batch]]
 
     extra_info = {}
+    kernel_bits = 4 if args.variant == "w4" else args.kernel_bits
+    kwargs = {}
+    if kernel_bits is not None:
+        bw = mct.core.BitWidthConfig()
+        nf = mct.core.network_editor.NodeTypeFilter
+        bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], kernel_bits, "weight")
+        kwargs["core_config"] = mct.core.CoreConfig(bit_width_config=bw)
     if args.variant in ("default", "w4", "mp"):
-        kwargs = {}
-        if args.variant == "w4":
-            bw = mct.core.BitWidthConfig()
-            nf = mct.core.network_editor.NodeTypeFilter
-            bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], 4, "weight")
-            kwargs["core_config"] = mct.core.CoreConfig(bit_width_config=bw)
-        elif args.variant == "mp":
+        if args.variant == "mp":
             # Target = ratio x the weights memory at the TPC's largest (8-bit) candidates; this
             # measurement is not part of the timed PTQ call but is reported alongside it.
             t0 = time.perf_counter()
@@ -104,7 +107,7 @@ def main(argv=None) -> None:
     else:
         cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=args.gptq_epochs)
         t0 = time.perf_counter()
-        qmodel, _ = mct.gptq.pytorch_gradient_post_training_quantization(model, rep_gen, gptq_config=cfg)
+        qmodel, _ = mct.gptq.pytorch_gradient_post_training_quantization(model, rep_gen, gptq_config=cfg, **kwargs)
         seconds = time.perf_counter() - t0
 
     qmodel.eval()

@@ -1,6 +1,8 @@
 """On a CUDA device (skipped without one): calibration runs where the model is, the quantized model
 lives there, its integer-kernel layers give the CPU's outputs bit for bit, and it exports and
 saves like a CPU model."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -96,3 +98,19 @@ def test_qat_trains_and_finalizes_on_cuda():
     assert all(b.device.type == "cuda" for b in final.buffers())
     with torch.no_grad():
         assert torch.equal(final(data[0][0]), trained)
+
+
+def test_gptq_runs_on_cuda_and_matches_the_cpu_run_closely():
+    torch.manual_seed(0)
+    model = Net().eval()
+    cc = mct.core.CoreConfig(mct.core.QuantizationConfig(weights_n_bits=4))
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=2)
+    cpu, _ = mct.gptq.pytorch_gradient_post_training_quantization(model, lambda: iter(_data("cpu")), core_config=cc,
+                                                                  gptq_config=cfg)
+    gpu, info = mct.gptq.pytorch_gradient_post_training_quantization(
+        copy.deepcopy(model).cuda(), lambda: iter(_data("cuda")), core_config=cc, gptq_config=cfg)
+    assert all(p.device.type == "cuda" for p in gpu.parameters()) and info.gptq_info_dict["steps"] == 8
+    x = _data("cpu")[0][0]
+    with torch.no_grad():
+        diff = (gpu(x.cuda()).cpu() - cpu(x)).abs().max()
+    assert float(diff) < 0.5 * float(cpu(x).abs().max())  # float rounding differences may flip a few roundings

@@ -55,15 +55,16 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
 
 def run_pytorch_ptq(in_module: Any, representative_data_gen: Callable[[], Any],
                     target_resource_utilization: Optional[ResourceUtilization], core_config: CoreConfig,
-                    target_platform_capabilities: Any):
-    """The PTQ pipeline on a PyTorch model: (session, final pipeline state). QAT and GPTQ start here too."""
+                    target_platform_capabilities: Any, keep_float_graph: bool = False):
+    """The PTQ pipeline on a PyTorch model: (session, final pipeline state). QAT and GPTQ start here too
+    (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
     from hwquant.core.pipeline import run_ptq
     from hwquant.torch.session import start_session
 
     _check_target(target_resource_utilization)
     session = start_session(in_module, representative_data_gen, core_config, target_platform_capabilities)
     session.state.target = target_resource_utilization
-    return session, run_ptq(session.state, session.data, progress)
+    return session, run_ptq(session.state, session.data, progress, keep_float_graph)
 
 
 def user_information(state: Any, adapter: Any) -> UserInformation:

@@ -8,6 +8,7 @@ Reading `run_ptq` tells the whole data flow; each stage lives in its own module.
 """
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional
@@ -51,6 +52,9 @@ class PipelineState:
     statistics: Dict[str, TensorStatistics] = field(default_factory=dict)
     report: Dict[str, Any] = field(default_factory=dict)
     target: Optional[ResourceUtilization] = None  # mixed precision when any figure is restricted
+    # GPTQ's float teacher: a copy of the graph taken before bias correction (which changes biases
+    # for the quantized model only); None unless run_ptq is asked to keep it
+    float_graph: Optional[Graph] = None
 
 
 def prepare(state: PipelineState) -> None:
@@ -149,9 +153,11 @@ def compute_parameters(state: PipelineState, all_candidates: bool = False) -> No
             set_weights_params(cfg, node.weights)
 
 
-def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it) -> PipelineState:
+def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable = lambda it, **kw: it,
+            keep_float_graph: bool = False) -> PipelineState:
     """Post-training quantization of `state.graph` in place: every node gets its final config with
-    quantization parameters. The framework adapter then builds the model."""
+    quantization parameters. The framework adapter then builds the model. `keep_float_graph` keeps
+    the graph as it is before bias correction in `state.float_graph`."""
     prepare(state)
     calibrate(state, data, progress)
     cand.select_base_configs(state.graph)
@@ -165,5 +171,7 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
         state.report["input_scaled"] = apply_input_scaling(state)
     if qc.shift_negative_activation_correction:
         state.report["shift_negative"] = apply_shift_negative_correction(state, data)
+    if keep_float_graph:
+        state.float_graph = copy.deepcopy(state.graph)
     state.report["bias_corrected"] = apply_bias_correction(state)
     return state

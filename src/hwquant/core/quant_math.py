@@ -240,12 +240,20 @@ def _affine_params(grid: AffineGrid, x):
     return per_channel_view(grid.scale, x, grid.axis), per_channel_view(grid.zero_point, x, grid.axis)
 
 
+def grid_units(x, grid: AffineGrid):
+    """``x / scale``: x in steps of the grid, before rounding (GPTQ learns how to round it), in x's
+    float dtype (float32 for half inputs)."""
+    _, x, _ = _prepare(x)
+    scale, _ = _affine_params(grid, x)
+    return x / scale
+
+
 def unclipped_integers(x, grid: AffineGrid):
     """``round(x / scale) + zero_point`` before clipping (trainable quantizers read which values
     fall outside [qmin, qmax] from it), in x's float dtype (float32 for half inputs)."""
-    xp, x, _ = _prepare(x)
-    scale, zp = _affine_params(grid, x)
-    return xp.round(x / scale) + zp
+    xp = _torch_for(x) or np
+    _, zp = _affine_params(grid, x)
+    return xp.round(grid_units(x, grid)) + zp
 
 
 def quantize(x, grid: AffineGrid):

@@ -1,12 +1,14 @@
-"""`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free;
-`get_pytorch_gptq_config` loads torch on first use. (The PyTorch runner,
-`pytorch_gradient_post_training_quantization`, is the next step of issue 7.)"""
+"""`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free; the
+PyTorch functions load torch on first use."""
 from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # noqa: F401
                                  GradualActivationQuantizationConfig, QFractionLinearAnnealingConfig, RoundingType)
 
+_LAZY = {"get_pytorch_gptq_config": "hwquant.gptq.pytorch_config",
+         "pytorch_gradient_post_training_quantization": "hwquant.gptq.pytorch_facade"}
+
 
 def __getattr__(name):
-    if name == "get_pytorch_gptq_config":
+    if name in _LAZY:
         import importlib
-        return importlib.import_module("hwquant.gptq.pytorch_config").get_pytorch_gptq_config
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'hwquant.gptq' has no attribute {name!r}")

@@ -89,15 +89,18 @@ class QuantizerFactory:
 
 
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
-                 extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None) -> fx.GraphModule:
+                 extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None,
+                 extra_outputs_unquantized: bool = False) -> fx.GraphModule:
     """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
     quantized activation passes through a holder. With `extra_outputs`, the module returns
-    `(model outputs, [tensors of those nodes])` (statistics collection)."""
+    `(model outputs, [tensors of those nodes])` (statistics collection), taken after the nodes'
+    activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points)."""
     root = nn.Module()
     g = fx.Graph()
     env: Dict[str, fx.Node] = {}
     used_names: set = set()
     placed: Dict[str, Dict[str, str]] = {}  # graph node -> {"layer": module name, "holder": module name}
+    unquantized: Dict[str, fx.Node] = {}
 
     def register(base: str, module: nn.Module) -> str:
         name, i = _attr_name(base), 1
@@ -130,6 +133,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             out = g.call_method(node.call_target, args, kwargs)
         else:
             raise ValueError(f"node '{node.name}' has unknown kind {node.kind!r}")
+        unquantized[node.name] = out
         aq = quantizers.activation(node) if quantizers else None
         if aq is not None:
             placed.setdefault(node.name, {})["holder"] = register(f"{node.name}_activation_holder",
@@ -139,7 +143,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
 
     result = map_structure(graph.outputs, env.__getitem__)
     if extra_outputs is not None:
-        result = (result, [env[n] for n in extra_outputs])
+        result = (result, [(unquantized if extra_outputs_unquantized else env)[n] for n in extra_outputs])
     g.output(result)
     module = fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))
     module.meta["hwquant_placement"] = placed  # where each graph node's layer / activation holder went

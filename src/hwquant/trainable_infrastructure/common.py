@@ -42,7 +42,7 @@ class VariableGroup(Enum):
     QPARAMS = 1
 
 
-_Key = Tuple[QuantizationTarget, QuantizationMethod, TrainingMethod]
+_Key = Tuple[QuantizationTarget, QuantizationMethod, Enum]  # Enum: a TrainingMethod, or GPTQ's RoundingType
 _REGISTRY: Dict[_Key, List[type]] = {}
 
 
@@ -57,14 +57,21 @@ def _as_member(enum_cls, value, what: str):
     raise InvalidConfigError(f"{what} must be one of {[m.name for m in enum_cls]}, got {value!r}")
 
 
+def _identifier(value: Any, what: str) -> Enum:
+    """A quantizer identifier: any Enum member as it is (GPTQ registers its RoundingType), else a
+    TrainingMethod by value or name."""
+    return value if isinstance(value, Enum) and not isinstance(value, TrainingMethod) else \
+        _as_member(TrainingMethod, value, what)
+
+
 def mark_quantizer(quantization_target: QuantizationTarget, quantization_method: Iterable[QuantizationMethod],
-                   identifier: TrainingMethod):
+                   identifier: Enum):
     """Class decorator: register a trainable quantizer for ``quantization_target`` under each of the
-    quantization methods and the training method ``identifier``. The class gets the attributes
-    ``quantization_target``, ``quantization_method`` (a list) and ``identifier``."""
+    quantization methods and the identifier (a TrainingMethod for QAT, a RoundingType for GPTQ). The
+    class gets the attributes ``quantization_target``, ``quantization_method`` (a list) and ``identifier``."""
     target = _as_member(QuantizationTarget, quantization_target, "quantization_target")
     methods = [_as_member(QuantizationMethod, m, "quantization_method") for m in quantization_method]
-    training = _as_member(TrainingMethod, identifier, "identifier")
+    training = _identifier(identifier, "identifier")
     if not methods:
         raise InvalidConfigError("mark_quantizer needs at least one quantization_method")
 
@@ -90,12 +97,12 @@ def _framework(cls: type) -> Optional[str]:
     return getattr(cls, "framework", None)
 
 
-def get_trainable_quantizer_class(quant_target: QuantizationTarget, quantizer_id: TrainingMethod,
+def get_trainable_quantizer_class(quant_target: QuantizationTarget, quantizer_id: Enum,
                                   quant_method: QuantizationMethod, quantizer_base_class: type) -> type:
-    """The registered subclass of ``quantizer_base_class`` for (target, training method, quantization
-    method); an InvalidConfigError naming what is registered otherwise."""
+    """The registered subclass of ``quantizer_base_class`` for (target, identifier: a training method or
+    a GPTQ rounding type, quantization method); an InvalidConfigError naming what is registered otherwise."""
     target = _as_member(QuantizationTarget, quant_target, "quantization target")
-    training = _as_member(TrainingMethod, quantizer_id, "training method")
+    training = _identifier(quantizer_id, "training method")
     method = _as_member(QuantizationMethod, quant_method, "quantization method")
     found = [c for c in _REGISTRY.get((target, method, training), []) if issubclass(c, quantizer_base_class)]
     if len(found) == 1:
@@ -107,7 +114,8 @@ def get_trainable_quantizer_class(quant_target: QuantizationTarget, quantizer_id
                        if tg == target and any(issubclass(c, quantizer_base_class) for c in classes))
     raise InvalidConfigError(f"no trainable {target.name.lower()} quantizer for quantization method {method.name} with "
                              f"training method {training.name}; available (method, training): {', '.join(available)}. "
-                             f"Choose another training method (QATConfig) or a TPC whose quantization method has one")
+                             f"Choose another training method (QATConfig) or rounding type (GradientPTQConfig), or a TPC whose "
+                             f"quantization method has one")
 
 
 def quantizer_params_override(v: Any) -> Dict[str, Any]:

@@ -141,17 +141,21 @@ class BasePytorchTrainableQuantizer(nn.Module, ABC):
         if not -len(shape) <= axis < len(shape):
             raise InvalidConfigError(f"{type(self).__name__} for '{name}': channel axis {axis} does not exist in a "
                                      f"tensor of shape {shape}")
-        channels = max((p.numel() for p in self.parameters()), default=1)
+        channels = max((p.numel() for p in self.quantization_parameters()), default=1)
         if channels not in (1, shape[axis]):
             raise InvalidConfigError(f"{type(self).__name__} for '{name}': {channels} per-channel parameters but the "
                                      f"tensor has {shape[axis]} channels along axis {axis}")
+
+    def quantization_parameters(self) -> List[nn.Parameter]:
+        """The parameters that define the grid (trainable or frozen)."""
+        return list(self.parameters())
 
     def get_trainable_variables(self, group: VariableGroup) -> List[nn.Parameter]:
         """The quantizer's trainable variables of ``group``: its quantization parameters (QPARAMS).
         The weights a weight quantizer quantizes belong to the layer, not to the quantizer."""
         if not isinstance(group, VariableGroup):
             raise InvalidConfigError(f"group must be a VariableGroup, got {group!r}")
-        return [p for p in self.parameters() if p.requires_grad] if group == VariableGroup.QPARAMS else []
+        return [p for p in self.quantization_parameters() if p.requires_grad] if group == VariableGroup.QPARAMS else []
 
     def convert_to_inferable_quantizers(self):
         """The inferable quantizer of the current grid (bitwise the same outputs)."""

@@ -1,0 +1,158 @@
+"""GPTQ benchmark: PTQ against GPTQ (ours) against MCT 2.6.1's GPTQ, same data, same epochs, same
+kernel bit widths (every Conv2d / Linear kernel at --bits, 8-bit activations, IMX500 1.0 TPC
+otherwise), MCT's default GPTQ configuration (get_pytorch_gptq_config(n_epochs)) for both tools.
+
+    .venv/bin/python benchmarks/run_gptq.py --models mobile_cnn plain_cnn --bits 4 3
+    .venv/bin/python benchmarks/run_gptq.py --models mobilenet_v2 --bits 4 --n-calib 64 --epochs 2 --mct-timeout 900
+
+Fashion-MNIST CNNs: --n-calib training images, labelled accuracy on the 10k test images.
+MobileNetV2: --n-calib calibration crops, --n-eval evaluation crops: top-1 agreement with float and
+output SQNR. Reported: fidelity and the wall time of the whole quantization call (PTQ included).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import metrics, report  # noqa: E402
+from benchmarks.run_ptq import MCT_PY, load_data, load_model, seed_everything  # noqa: E402
+
+SECTION = "Gradient-based post-training quantization (GPTQ)"
+OUT = ROOT / ".cache" / "benchmarks" / "gptq.json"
+
+
+def ours(model, data, bits, epochs, batch, gptq: bool, seed=0):
+    import hwquant as mct
+    calib = data["calib"]
+
+    def rep_gen():
+        for i in range(0, len(calib), batch):
+            yield [calib[i:i + batch]]
+
+    cc = mct.core.CoreConfig(mct.core.QuantizationConfig(weights_n_bits=bits))
+    model = copy.deepcopy(model)
+    seed_everything(seed)
+    t0 = time.perf_counter()
+    if gptq:
+        q, info = mct.gptq.pytorch_gradient_post_training_quantization(
+            model, rep_gen, core_config=cc, gptq_config=mct.gptq.get_pytorch_gptq_config(n_epochs=epochs))
+        extra = {"hessian_seconds": info.gptq_info_dict["hessian_seconds"],
+                 "training_seconds": info.gptq_info_dict["training_seconds"]}
+    else:
+        q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, core_config=cc)
+        extra = {}
+    seconds = time.perf_counter() - t0
+    return {"tool": f"hwquant {'GPTQ' if gptq else 'PTQ'}", "seconds": seconds,
+            "logits": metrics.predict(q.eval(), data["eval"], 64).float(), **extra}
+
+
+def mct_gptq(name, data_file, bits, epochs, batch, timeout, log_dir):
+    if not MCT_PY.exists():
+        return {"tool": "MCT GPTQ", "error": "no .venv-mct (benchmarks/setup_peers.sh)"}
+    out = Path(tempfile.mkstemp(suffix=".pt")[1])
+    cmd = [str(MCT_PY), str(ROOT / "benchmarks" / "peer_mct.py"), "--model", name, "--data", str(data_file), "--out",
+           str(out), "--variant", "gptq", "--kernel-bits", str(bits), "--gptq-epochs", str(epochs), "--batch", str(batch)]
+    log = log_dir / f"mct_gptq_{name}_w{bits}.log"
+    try:
+        with open(log, "w") as f:
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)
+        if proc.returncode != 0:
+            tail = (log.read_text().strip().splitlines() or ["?"])[-1]
+            return {"tool": "MCT GPTQ", "error": f"exited {proc.returncode}: {tail[:160]}"}
+        res = torch.load(out, weights_only=True)
+        return {"tool": "MCT 2.6.1 GPTQ", "seconds": res["ptq_seconds"], "logits": res["eval_logits"]}
+    except subprocess.TimeoutExpired:
+        return {"tool": "MCT GPTQ", "error": f"not finished after {timeout} s"}
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def score(res, float_logits, labels):
+    if "error" in res:
+        return {"tool": res["tool"], "error": res["error"]}
+    row = {k: v for k, v in res.items() if k != "logits"}
+    row["agreement"] = metrics.top1_agreement(float_logits, res["logits"])
+    row["sqnr_db"] = metrics.sqnr_db(float_logits, res["logits"])
+    if labels is not None:
+        row["accuracy"] = metrics.labelled_top1(res["logits"], labels) / len(labels)
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["mobile_cnn", "plain_cnn"])
+    ap.add_argument("--bits", nargs="+", type=int, default=[4, 3])
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--n-calib", type=int, default=512)
+    ap.add_argument("--n-eval", type=int, default=490)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--mct-timeout", type=int, default=1200)
+    ap.add_argument("--no-mct", action="store_true")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    log_dir = ROOT / ".cache" / "benchmarks" / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results = json.loads(OUT.read_text()) if OUT.exists() else {}
+    for name in args.models:
+        data = load_data(name, args.n_calib, args.n_eval, 0)
+        model = load_model(name).eval()
+        float_logits = metrics.predict(model, data["eval"], 64).float()
+        labels = data["eval_y"]
+        data_file = Path(tempfile.mkstemp(suffix=".pt")[1])
+        torch.save({"calib": data["calib"], "eval": data["eval"], "extra": {}}, data_file)
+        for bits in args.bits:
+            rows = [{"tool": "float", **({"accuracy": metrics.labelled_top1(float_logits, labels) / len(labels)}
+                                         if labels is not None else {})}]
+            for gptq in (False, True):
+                rows.append(score(ours(model, data, bits, args.epochs, args.batch, gptq), float_logits, labels))
+                print(rows[-1], flush=True)
+            if not args.no_mct:
+                rows.append(score(mct_gptq(name, data_file, bits, args.epochs, args.batch, args.mct_timeout, log_dir),
+                                  float_logits, labels))
+                print(rows[-1], flush=True)
+            results[f"{name}/w{bits}a8"] = {"rows": rows, "epochs": args.epochs, "n_calib": args.n_calib,
+                                           "date": time.strftime("%Y-%m-%d")}
+        data_file.unlink(missing_ok=True)
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(results, indent=1))
+    report.publish(SECTION, render(results), write=not args.no_write)
+
+
+def render(results) -> str:
+    lines = ["`benchmarks/run_gptq.py`. Both tools run MCT's default GPTQ configuration "
+             "(`get_pytorch_gptq_config(n_epochs)`: soft rounding, sample-layer attention with Hessian scores, "
+             "gradual activation quantization, bias training) on the same calibration data (batches of 32) for the "
+             "same epochs; every Conv2d / Linear kernel at the given bits (hwquant: `QuantizationConfig(weights_n_bits)`, "
+             "MCT: `BitWidthConfig`), 8-bit activations, IMX500 1.0 TPC. Time: the whole call (PTQ included), "
+             "2-core CPU.", "",
+             "| model | weights | data, epochs | tool | accuracy | agreement | SQNR (dB) | time (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for key, r in sorted(results.items()):
+        name, bits = key.split("/")
+        for row in r["rows"]:
+            if "error" in row:
+                cells = [row["error"], "", "", ""]
+            else:
+                cells = [f"{100 * row['accuracy']:.2f} %" if "accuracy" in row else "",
+                         f"{100 * row['agreement']:.1f} %" if "agreement" in row else "",
+                         f"{row['sqnr_db']:.1f}" if "sqnr_db" in row else "",
+                         f"{row['seconds']:.1f}" if row.get("seconds") is not None else ""]
+            lines.append(f"| {name} | {bits.upper()} | {r['n_calib']}, {r['epochs']} | {row['tool']} | "
+                         + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

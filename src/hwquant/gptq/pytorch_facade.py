@@ -1,0 +1,68 @@
+"""`mct.gptq.pytorch_gradient_post_training_quantization`: post-training quantization, then GPTQ."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Optional, Tuple
+
+from torch import nn
+
+from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.model_metadata import quantization_metadata
+from hwquant.errors import InvalidConfigError
+from hwquant.gptq.config import GradientPTQConfig
+from hwquant.core.passes.bias_correction import apply_bias_correction
+from hwquant.gptq.pytorch_runner import gptq_train, install_kernels, training_samples
+from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
+from hwquant.torch.data import RepresentativeData
+from hwquant.torch.metadata import attach_metadata
+
+log = logging.getLogger("hwquant.gptq")
+
+
+def pytorch_gradient_post_training_quantization(
+        model: Any, representative_data_gen: Callable[[], Any],
+        target_resource_utilization: Optional[ResourceUtilization] = None, core_config: CoreConfig = CoreConfig(),
+        gptq_config: Optional[GradientPTQConfig] = None, gptq_representative_data_gen: Optional[Callable[[], Any]] = None,
+        target_platform_capabilities: Any = DEFAULT_PYTORCH_TPC) -> Tuple[nn.Module, UserInformation]:
+    """Quantize ``model`` with post-training quantization, then optimise the rounding of every quantized
+    kernel (and its bias) so that the quantized model's activations follow the float model's on
+    ``gptq_representative_data_gen`` (default: ``representative_data_gen``); no labels are needed.
+
+    ``gptq_config`` None runs post-training quantization only (as MCT documents); get one from
+    :func:`hwquant.gptq.get_pytorch_gptq_config`. Runs on the device the model is on.
+
+    Returns:
+        (quantized model, UserInformation with ``gptq_info_dict``: the loss at every step, the steps,
+        the interest points, the time spent on Hessian scores and on training). The model is the same
+        kind of module post-training quantization returns (saves, exports, simulates the integer kernels).
+    """
+    if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
+        raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.get_pytorch_gptq_config(n_epochs)) "
+                                 f"or None, got {type(gptq_config).__name__}")
+    if gptq_representative_data_gen is not None and not callable(gptq_representative_data_gen):
+        raise InvalidConfigError(f"gptq_representative_data_gen must be a function returning an iterable of batches "
+                                 f"or None, got {type(gptq_representative_data_gen).__name__}")
+    start = time.perf_counter()
+    session, state = run_pytorch_ptq(model, representative_data_gen, target_resource_utilization, core_config,
+                                     target_platform_capabilities, keep_float_graph=gptq_config is not None)
+    adapter = session.adapter
+    info_dict = {}
+    if gptq_config is None:
+        log.info("no gptq_config: post-training quantization only")
+    else:
+        data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
+                                  n_inputs=session.data.n_inputs, device=adapter.device)
+        samples, batch_size = training_samples(list(data))
+        info_dict, kernels = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size)
+        state.graph, state.float_graph = state.float_graph, None
+        # the learned rounding moves the layers' output means as nearest rounding would: correct them
+        state.report["bias_corrected"] = apply_bias_correction(state, quantized_kernels=kernels)
+        install_kernels(state.graph, adapter, kernels)
+    quantized = adapter.build(state.graph, quantized=True).eval()
+    attach_metadata(quantized, quantization_metadata(session.state.tpc, core_config, "pytorch",
+                                                     "gptq" if gptq_config is not None else "ptq"))
+    info = user_information(state, adapter)
+    info.gptq_info_dict = info_dict
+    log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
+    return quantized, info

@@ -1,0 +1,162 @@
+"""GPTQ weight quantizers for PyTorch: they learn how each weight of a kernel rounds onto the PTQ
+grid (and, with ``quantization_parameter_learning``, the grid's threshold / scale too).
+
+Two rounding types (``RoundingType``), each for symmetric / power-of-two and uniform grids:
+
+- SoftQuantizer (AdaRound, Nagel et al. 2020): ``q = clip(floor(w / s) + h(v) + z)`` with one learned
+  ``v`` per weight and ``h(v) = clip(sigmoid(v) (zeta - gamma) + gamma, 0, 1)``, a rectified
+  sigmoid that reaches 0 and 1 exactly. ``v`` starts where ``h(v)`` equals the fractional part of
+  ``w / s`` (the float weight, clipped to the grid); :meth:`rounding_regularization` pushes every
+  ``h`` to 0 or 1 as its temperature anneals. In eval mode ``h`` is rounded: the weights are on the grid.
+- STE: ``q = clip(round(w / s + d) + z)`` with a learned shift ``d`` per weight, in steps of the grid
+  and bounded by ``max_lsbs_change`` (1: a weight moves at most to the neighbouring grid point), the
+  rounding passed straight through.
+
+The layer's float weight is fixed: only the rounding variables (``VariableGroup.WEIGHTS``) and, if
+asked, the quantization parameters (``VariableGroup.QPARAMS``) train. :meth:`quantized_weights`
+gives the final weights, on the grid, which the GPTQ runner writes into the quantized model.
+"""
+from __future__ import annotations
+
+from typing import List
+
+import torch
+from torch import nn
+
+from hwquant.core import quant_math
+from hwquant.errors import InvalidConfigError
+from hwquant.gptq.config import RoundingType
+from hwquant.trainable_infrastructure.common import QuantizationTarget, VariableGroup, mark_quantizer
+from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
+from hwquant.trainable_infrastructure.pytorch.fake_quant import affine_fake_quantize
+from hwquant.trainable_infrastructure.pytorch.quantizers import _SYMMETRIC, _UNIFORM, _SymmetricQuantizer, _UniformQuantizer
+
+SOFT_ROUNDING_GAMMA = -0.1  # the rectified sigmoid's stretch (AdaRound's values)
+SOFT_ROUNDING_ZETA = 1.1
+
+
+class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
+    """Base of GPTQ weight quantizers. ``quantization_parameter_learning`` (MCT's override key) also
+    learns the threshold / scale; by default the PTQ grid stays. The rounding variables are created by
+    :meth:`init_rounding` from the float weights they will round."""
+
+    freeze_by_default = True
+
+    def __init__(self, quantization_config, quantization_parameter_learning: bool = False):
+        if not isinstance(quantization_parameter_learning, bool):
+            raise InvalidConfigError(f"{type(self).__name__}: quantization_parameter_learning must be a bool, "
+                                     f"got {quantization_parameter_learning!r}")
+        super().__init__(quantization_config, freeze_quant_params=not quantization_parameter_learning)
+        self.quantization_parameter_learning = quantization_parameter_learning
+        self.auxvar: nn.Parameter = nn.Parameter(torch.zeros(0))
+
+    def init_rounding(self, weights: torch.Tensor) -> None:
+        """Create the rounding variables for the float ``weights`` (the layer's kernel)."""
+        self.initialize_quantization(tuple(weights.shape))
+        with torch.no_grad():
+            self.auxvar = nn.Parameter(self._initial_auxvar(weights.detach().float()))
+
+    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _check(self, w: torch.Tensor) -> None:
+        if self.auxvar.shape != w.shape:
+            raise InvalidConfigError(f"{type(self).__name__}: rounding variables of shape {tuple(self.auxvar.shape)} "
+                                     f"for weights of shape {tuple(w.shape)}: call init_rounding(weights) first")
+
+    @staticmethod
+    def _units(w: torch.Tensor, grid: quant_math.AffineGrid) -> torch.Tensor:
+        """The fixed weights in grid steps (no gradient: the float kernel does not train)."""
+        return quant_math.grid_units(w.detach(), quant_math.AffineGrid(
+            grid.scale.detach(), grid.zero_point.detach(), grid.qmin, grid.qmax, grid.axis))
+
+    def quantization_parameters(self) -> List[nn.Parameter]:
+        return [p for p in self.parameters() if p is not self.auxvar]
+
+    def get_trainable_variables(self, group: VariableGroup) -> List[nn.Parameter]:
+        return [self.auxvar] if group == VariableGroup.WEIGHTS else super().get_trainable_variables(group)
+
+    def rounding_regularization(self, beta: float) -> torch.Tensor:
+        """The rounding regulariser of this kernel (0 for STE)."""
+        return self.auxvar.new_zeros(())
+
+    @torch.no_grad()
+    def quantized_weights(self, w: torch.Tensor) -> torch.Tensor:
+        """The learned weights, on the grid (hard rounding), as the quantized model will use them."""
+        was_training = self.training
+        try:
+            return self.eval()(w).detach()
+        finally:
+            self.train(was_training)
+
+
+class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
+
+    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
+        grid = self.grid()
+        z = quant_math.per_channel_view(grid.zero_point.detach(), w, grid.axis)
+        units = self._units(w, grid).clamp(grid.qmin - z, grid.qmax - z)
+        rest = units - torch.floor(units)  # in [0, 1): sigmoid(v) (zeta - gamma) + gamma = rest
+        return -torch.log((SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA) / (rest - SOFT_ROUNDING_GAMMA) - 1)
+
+    def soft_targets(self) -> torch.Tensor:
+        """h(v): how far up each weight rounds, in [0, 1]."""
+        return (torch.sigmoid(self.auxvar) * (SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA)
+                + SOFT_ROUNDING_GAMMA).clamp(0, 1)
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        self._check(w)
+        grid = self.grid()
+        h = self.soft_targets()
+        if not self.training:
+            h = (h >= 0.5).to(h.dtype)
+        z = quant_math.per_channel_view(grid.zero_point, w, grid.axis)
+        q = (torch.floor(self._units(w, grid)) + h + z).clamp(grid.qmin, grid.qmax)
+        return quant_math.dequantize(q, grid)
+
+    def rounding_regularization(self, beta: float) -> torch.Tensor:
+        # sum of 1 - |2h - 1|^beta: 0 once every h is 0 or 1; a high beta (early) only bites near 0.5
+        return (1 - (2 * self.soft_targets() - 1).abs().pow(beta)).sum()
+
+
+class _STERounding(BasePytorchGPTQTrainableQuantizer):
+
+    def __init__(self, quantization_config, quantization_parameter_learning: bool = False,
+                 max_lsbs_change: float = 1.0):
+        super().__init__(quantization_config, quantization_parameter_learning)
+        if not isinstance(max_lsbs_change, (int, float)) or isinstance(max_lsbs_change, bool) or max_lsbs_change <= 0:
+            raise InvalidConfigError(f"{type(self).__name__}: max_lsbs_change must be a number > 0, got {max_lsbs_change!r}")
+        self.max_lsbs_change = float(max_lsbs_change)
+
+    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(w)
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        self._check(w)
+        grid = self.grid()
+        shift = self.auxvar.clamp(-self.max_lsbs_change, self.max_lsbs_change)
+        s = quant_math.per_channel_view(grid.scale, w, grid.axis)
+        # the shifted weight in real units; its rounding is passed straight through to the shift
+        return affine_fake_quantize(w.detach() + shift * s.detach(), grid.scale, grid.zero_point, grid.qmin,
+                                    grid.qmax, grid.axis)
+
+
+# ------------------------------------------------------------------------------ registered classes
+@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.SoftQuantizer)
+class SymmetricSoftRoundingGPTQ(_SoftRounding, _SymmetricQuantizer):
+    """Soft rounding on a symmetric / power-of-two grid (the threshold learns only if asked)."""
+
+
+@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.SoftQuantizer)
+class UniformSoftRoundingGPTQ(_SoftRounding, _UniformQuantizer):
+    """Soft rounding on a uniform grid (scale and zero point learn only if asked)."""
+
+
+@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.STE)
+class STESymmetricGPTQ(_STERounding, _SymmetricQuantizer):
+    """Straight-through rounding of shifted weights on a symmetric / power-of-two grid."""
+
+
+@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.STE)
+class STEUniformGPTQ(_STERounding, _UniformQuantizer):
+    """Straight-through rounding of shifted weights on a uniform grid."""
