@@ -30,7 +30,6 @@ from hwquant.gptq.pytorch_quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 from hwquant.torch.builder import build_module
-from hwquant.torch.quantizers import PytorchQuantizationWrapper
 from hwquant.torch.trainable_model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
