@@ -9,9 +9,9 @@ from torch import nn
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.gptq.pytorch_runner import gptq_train, install_kernels, training_samples
 from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
 from hwquant.torch.data import RepresentativeData

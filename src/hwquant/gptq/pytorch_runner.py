@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 import torch
@@ -69,11 +69,14 @@ class _Student:
     gradual: List[GradualActivationQuantizer] = field(default_factory=list)
 
 
-def _build_student(graph: Graph, adapter: Any, cfg: GradientPTQConfig, points: Sequence[str]) -> _Student:
+def _build_student(graph: Graph, adapter: Any, cfg: GradientPTQConfig) -> _Student:
+    """The student; its interest points are the layers whose kernel is quantized (each gets a GPTQ
+    quantizer), in graph order."""
     override = cfg.gptq_quantizer_params_override
     weights, activations = trainable_quantizer_classes(
         graph, adapter.kernel_attr, (cfg.rounding_type, BasePytorchGPTQTrainableQuantizer, override),
         (TrainingMethod.STE, BasePytorchTrainableQuantizer, {}), "GPTQ")
+    points = list(weights)
     gradual: List[GradualActivationQuantizer] = []
 
     def make_weights(node: Node, attr: str) -> BasePytorchGPTQTrainableQuantizer:
@@ -146,7 +149,7 @@ def _channel_axis(node: Node) -> int:
     return -1 if isinstance(node.call_target, nn.Linear) else 1
 
 
-def _loss_weights(cfg: GradientPTQConfig, teacher: nn.Module, samples: List[torch.Tensor], batch: int,
+def _loss_weights(cfg: GradientPTQConfig, teacher: nn.Module, samples: List[torch.Tensor],
                   points: List[Node]) -> tuple:
     """(loss weights: (points,) or (samples, points) for sample-layer attention; regulariser weights (points,))."""
     h = cfg.hessian_weights_config
@@ -190,7 +193,7 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
     are the float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting
     from corrected biases the optimiser spends its steps undoing the correction through the rounding)."""
     start = time.perf_counter()
-    student = _build_student(graph, adapter, cfg, _trained_kernels(graph, adapter))
+    student = _build_student(graph, adapter, cfg)
     if not student.kernels:
         raise InvalidConfigError("GPTQ found no quantized kernel to train (every layer's kernel quantization is "
                                  "disabled): use post-training quantization instead")
@@ -203,7 +206,7 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
     steps_per_epoch = -(-n_samples // batch_size)
     total_steps = cfg.n_epochs * steps_per_epoch
 
-    loss_weights, reg_weights = _loss_weights(cfg, teacher, samples, batch_size, [n for n, *_ in student.kernels])
+    loss_weights, reg_weights = _loss_weights(cfg, teacher, samples, [n for n, *_ in student.kernels])
     per_sample = loss_weights.dim() == 2
     loss_fn = cfg.loss or (sample_layer_attention_loss if per_sample else multiple_tensors_mse_loss)
     hessian_seconds = time.perf_counter() - start
@@ -272,17 +275,6 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
     return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "interest_points": names,
             "hessian_seconds": hessian_seconds, "training_seconds": training_seconds,
             "rounding_type": cfg.rounding_type.name, "teacher_cached": cache is not None}, kernels
-
-
-def _trained_kernels(graph: Graph, adapter: Any) -> List[str]:
-    """Nodes whose kernel is quantized (each gets a GPTQ quantizer and is an interest point), in order."""
-    out = []
-    for node in graph:
-        attr = adapter.kernel_attr(node) if node.final_config is not None else None
-        wc = node.final_config.weights_quantization_cfg.attrs.get(attr) if attr is not None else None
-        if wc is not None and wc.enable_weights_quantization and attr in node.weights:
-            out.append(node.name)
-    return out
 
 
 @torch.no_grad()
