@@ -40,6 +40,18 @@ def import_mct():
     return mct
 
 
+def imx500_tpc_with_kernel_bits(bits: int):
+    """MCT's IMX500 1.0 TPC with a ``bits``-bit kernel candidate added to its mixed-precision options
+    (it offers 8, 4 and 2 bits; BitWidthConfig refuses a width no candidate has)."""
+    from model_compression_toolkit.target_platform_capabilities.constants import KERNEL_ATTR, WEIGHTS_N_BITS
+    from model_compression_toolkit.target_platform_capabilities.tpc_models.imx500_tpc.v1_0 import tpc
+    base, candidates, default = tpc.get_op_quantization_configs()
+    if all(c.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits != bits for c in candidates):
+        candidates = [*candidates, base.clone_and_edit(attr_to_edit={KERNEL_ATTR: {WEIGHTS_N_BITS: bits}})]
+    return tpc.generate_tpc(default_config=default, base_config=base, mixed_precision_cfg_list=candidates,
+                            name=f"imx500_w{bits}")
+
+
 def build_model(name: str) -> torch.nn.Module:
     from benchmarks import models
     if name == "mobilenet_v2":
@@ -84,6 +96,7 @@ def main(argv=None) -> None:
         nf = mct.core.network_editor.NodeTypeFilter
         bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], kernel_bits, "weight")
         kwargs["core_config"] = mct.core.CoreConfig(bit_width_config=bw)
+        kwargs["target_platform_capabilities"] = imx500_tpc_with_kernel_bits(kernel_bits)
     if args.variant in ("default", "w4", "mp"):
         if args.variant == "mp":
             # Target = ratio x the weights memory at the TPC's largest (8-bit) candidates; this

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import metrics, report  # noqa: E402
-from benchmarks.run_ptq import MCT_PY, load_data, load_model, seed_everything  # noqa: E402
+from benchmarks.run_ptq import load_data, load_model, run_mct, seed_everything  # noqa: E402
 
 SECTION = "Gradient-based post-training quantization (GPTQ)"
 OUT = ROOT / ".cache" / "benchmarks" / "gptq.json"
@@ -58,24 +57,10 @@ def ours(model, data, bits, epochs, batch, gptq: bool, seed=0):
 
 
 def mct_gptq(name, data_file, bits, epochs, batch, timeout, log_dir):
-    if not MCT_PY.exists():
-        return {"tool": "MCT GPTQ", "error": "no .venv-mct (benchmarks/setup_peers.sh)"}
-    out = Path(tempfile.mkstemp(suffix=".pt")[1])
-    cmd = [str(MCT_PY), str(ROOT / "benchmarks" / "peer_mct.py"), "--model", name, "--data", str(data_file), "--out",
-           str(out), "--variant", "gptq", "--kernel-bits", str(bits), "--gptq-epochs", str(epochs), "--batch", str(batch)]
-    log = log_dir / f"mct_gptq_{name}_w{bits}.log"
-    try:
-        with open(log, "w") as f:
-            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)
-        if proc.returncode != 0:
-            tail = (log.read_text().strip().splitlines() or ["?"])[-1]
-            return {"tool": "MCT GPTQ", "error": f"exited {proc.returncode}: {tail[:160]}"}
-        res = torch.load(out, weights_only=True)
-        return {"tool": "MCT 2.6.1 GPTQ", "seconds": res["ptq_seconds"], "logits": res["eval_logits"]}
-    except subprocess.TimeoutExpired:
-        return {"tool": "MCT GPTQ", "error": f"not finished after {timeout} s"}
-    finally:
-        out.unlink(missing_ok=True)
+    res = run_mct(name, data_file, "gptq", log_dir, batch=batch, gptq_epochs=epochs, kernel_bits=bits, timeout=timeout)
+    if "eval_logits" not in res:
+        return {"tool": "MCT GPTQ", "error": res.get("error") or res.get("skipped")}
+    return {"tool": f"{res['tool'].split(' (')[0]} GPTQ", "seconds": res["ptq_seconds"], "logits": res["eval_logits"]}
 
 
 def score(res, float_logits, labels):

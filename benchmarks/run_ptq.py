@@ -87,25 +87,32 @@ def run_ours(model, data, batch, seed) -> dict:
             "extra_logits": {k: metrics.predict(qmodel, v, 64).float() for k, v in data["extra"].items()}}
 
 
-def run_mct(name, data_file, variant, args, log_dir) -> dict:
+def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_ratio=0.75, gptq_epochs=5,
+            kernel_bits=None, timeout=None) -> dict:
+    """MCT 2.6.1 in its own venv (benchmarks/peer_mct.py) on the saved data: its result (tool, ptq_seconds,
+    eval_logits, ...) or {"error": ...}; its output goes to a log file under ``log_dir``."""
     if not MCT_PY.exists():
         return {"skipped": "no .venv-mct (run benchmarks/setup_peers.sh)"}
     out = Path(tempfile.mkstemp(suffix=".pt", prefix="mct_out_")[1])
     cmd = [str(MCT_PY), str(ROOT / "benchmarks" / "peer_mct.py"), "--model", name, "--data", str(data_file),
-           "--out", str(out), "--variant", variant, "--batch", str(args.batch), "--seed", str(args.seed),
-           "--weights-ratio", str(args.mct_weights_ratio), "--gptq-epochs", str(args.mct_gptq_epochs)]
-    log = log_dir / f"mct_{name}_{variant}.log"
-    with open(log, "w") as f:  # MCT is chatty (progress bars): keep its output in a log file
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
+           "--out", str(out), "--variant", variant, "--batch", str(batch), "--seed", str(seed),
+           "--weights-ratio", str(weights_ratio), "--gptq-epochs", str(gptq_epochs)]
+    if kernel_bits is not None:
+        cmd += ["--kernel-bits", str(kernel_bits)]
+    log = log_dir / f"mct_{name}_{variant}{'' if kernel_bits is None else f'_w{kernel_bits}'}.log"
     try:
+        with open(log, "w") as f:  # MCT is chatty (progress bars): keep its output in a log file
+            proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)
         if proc.returncode != 0:
             tail = log.read_text().strip().splitlines()[-1:] or ["?"]
             return {"error": f"MCT exited {proc.returncode}: {tail[0][:200]} (log: {log.relative_to(ROOT)})"}
         res = torch.load(out, weights_only=True)
+    except subprocess.TimeoutExpired:
+        return {"error": f"MCT not finished after {timeout} s (log: {log.relative_to(ROOT)})"}
     finally:
         out.unlink(missing_ok=True)
-    label = {"mp": f"mixed precision, {args.mct_weights_ratio:.0%} of 8-bit weights",
-             "gptq": f"GPTQ, {args.mct_gptq_epochs} epochs"}.get(variant, MCT_LABELS[variant])
+    label = {"mp": f"mixed precision, {weights_ratio:.0%} of 8-bit weights",
+             "gptq": f"GPTQ, {gptq_epochs} epochs"}.get(variant, MCT_LABELS[variant])
     res["tool"] = f"{res['tool']} ({label})"
     return res
 
@@ -176,7 +183,8 @@ def benchmark_model(name: str, args, log_dir: Path) -> tuple[list[dict], list[st
             torch.save({"calib": data["calib"], "eval": data["eval"], "extra": data["extra"]}, data_file)
             for v in args.mct_variants:
                 t0 = time.perf_counter()
-                res = run_mct(name, data_file, v, args, log_dir)
+                res = run_mct(name, data_file, v, log_dir, batch=args.batch, seed=args.seed,
+                              weights_ratio=args.mct_weights_ratio, gptq_epochs=args.mct_gptq_epochs)
                 add(res, f"MCT ({MCT_LABELS[v]})", time.perf_counter() - t0)
     if "ort" in args.tools:
         seed_everything(args.seed)

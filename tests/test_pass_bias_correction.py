@@ -67,8 +67,9 @@ def _mean_error(node, float_w, float_b, x):
     (nn.Conv2d(4, 6, 3, groups=2, stride=2), (8, 4, 9, 9), False),
     (nn.ConvTranspose2d(4, 6, 2, stride=2), (8, 4, 5, 5), True),
     (nn.ConvTranspose2d(4, 6, 2, stride=2, groups=2), (8, 4, 5, 5), True),
-    (nn.Conv2d(4, 6, 3, padding=1), (8, 4, 7, 7), False)])
+    (nn.Conv2d(4, 6, 3, padding=1), (8, 4, 15, 15), False)])
 def test_mean_output_error_of_the_layer_vanishes(layer, shape, exact):
+    torch.manual_seed(0)
     offsets = torch.linspace(-1.0, 3.0, shape[1]).reshape([1, -1] + [1] * (len(shape) - 2))
     batches = [[torch.randn(shape) + offsets] for _ in range(3)]
     state = _state(nn.Sequential(layer), batches)
@@ -85,7 +86,7 @@ def test_mean_output_error_of_the_layer_vanishes(layer, shape, exact):
         assert np.abs(after).max() < 1e-4
     else:  # zero padding: border windows see zeros that the correction's input means do not hold
         padded = getattr(layer, "padding", (0,)) != (0, 0) and getattr(layer, "padding", (0,)) != (0,)
-        assert np.abs(after).mean() < (0.4 if padded else 0.3) * np.abs(before).mean()
+        assert np.abs(after).mean() < (0.3 if padded else 0.1) * np.abs(before).mean()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

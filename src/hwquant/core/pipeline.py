@@ -11,14 +11,14 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
 from hwquant.core import candidates as cand
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph
+from hwquant.core.graph import Graph, Node
 from hwquant.core.mixed_precision.selection import select_mixed_precision
 from hwquant.core.node_config import NodeQuantizationConfig
 from hwquant.core.params import activation_quantization_params, weights_quantization_params
@@ -129,16 +129,33 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
         signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold)
 
 
-def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray]) -> None:
+def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray],
+                       attrs: Optional[Sequence[Any]] = None) -> None:
+    """The quantization parameters of the config's quantized weights (only ``attrs`` when given) from
+    ``weights``."""
     wq = config.weights_quantization_cfg
     for attr, w in wq.attrs.items():
-        if not w.enable_weights_quantization or attr not in weights:
+        if not w.enable_weights_quantization or attr not in weights or attrs is not None and attr not in attrs:
             continue
         per_channel = w.weights_per_channel_threshold and w.weights_channels_axis is not None
         w.weights_quantization_params = weights_quantization_params(
             w.weights_quantization_method, w.weights_n_bits, w.weights_error_method, weights[attr],
             w.weights_channels_axis if per_channel else None, per_channel, min_threshold=wq.min_threshold,
             l_p_value=w.l_p_value, lut_values_bitwidth=w.lut_values_bitwidth or LUT_VALUES_BITWIDTH)
+
+
+def set_bias(node: Node, adapter: FrameworkAdapter, bias: np.ndarray) -> None:
+    """Write a linear layer's bias (giving the layer one where it has none) and, if the bias is
+    quantized, refresh its quantization parameters (only the bias's: the kernel's may be learned)."""
+    bias_attr = adapter.bias_attr(node)
+    if bias_attr in node.weights:
+        node.set_weight(bias_attr, np.asarray(bias).astype(node.weights[bias_attr].dtype))
+    else:
+        kernel = node.weights[adapter.kernel_attr(node)]
+        adapter.set_linear_layer(node, kernel, np.asarray(bias).astype(kernel.dtype))
+    bias_cfg = node.final_config.weights_quantization_cfg.attrs.get(bias_attr)
+    if bias_cfg is not None and bias_cfg.enable_weights_quantization:
+        set_weights_params(node.final_config, node.weights, attrs=[bias_attr])
 
 
 def compute_parameters(state: PipelineState, all_candidates: bool = False) -> None:
