@@ -9,10 +9,9 @@ from torch import nn
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.model_metadata import quantization_metadata
-from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.pytorch_runner import gptq_train, install_kernels, training_samples
+from hwquant.gptq.pytorch_runner import gptq_train, training_samples
 from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
 from hwquant.torch.data import RepresentativeData
 from hwquant.torch.metadata import attach_metadata
@@ -54,11 +53,9 @@ def pytorch_gradient_post_training_quantization(
         data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
                                   n_inputs=session.data.n_inputs, device=adapter.device)
         samples, batch_size = training_samples(list(data))
-        info_dict, kernels = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size)
+        info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size)
         state.graph, state.float_graph = state.float_graph, None
-        # the learned rounding moves the layers' output means as nearest rounding would: correct them
-        state.report["bias_corrected"] = apply_bias_correction(state, quantized_kernels=kernels)
-        install_kernels(state.graph, adapter, kernels)
+        state.report["bias_corrected"] = len(info_dict["bias_corrected"])
     quantized = adapter.build(state.graph, quantized=True).eval()
     attach_metadata(quantized, quantization_metadata(session.state.tpc, core_config, "pytorch",
                                                      "gptq" if gptq_config is not None else "ptq"))

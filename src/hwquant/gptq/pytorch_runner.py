@@ -4,18 +4,22 @@ activations at the interest points follow the float model's, on unlabelled repre
 Two models are built from the PTQ graphs: the float teacher (the graph before bias correction) and
 the student, the quantized model with a GPTQ weight quantizer on every quantized kernel and frozen
 straight-through activation quantizers (optionally eased in by gradual activation quantization).
-Interest points: the output of every layer whose kernel trains, before its activation quantizer.
+Interest points: the output of every layer whose kernel trains, taken where it is quantized, before its
+activation quantizer: after the activation fused into it, if any (a ReLU's negative side is lost anyway,
+and the fused output is the tensor the next layers see).
 The loss compares them, weighted by Hessian-based scores (per point, or per sample and point:
 sample-layer attention), plus the soft-rounding regulariser. After training, the learned weights
 (on the grid), biases and, if learned, quantization parameters are written into the graph, from which
-the ordinary quantized model is built.
+the ordinary quantized model is built; then, where the configuration asks for bias correction, each
+trained layer's bias is corrected so that its output has the float channel means on the GPTQ data,
+measured in the quantized model (torch/output_mean_correction.py).
 """
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -30,6 +34,7 @@ from hwquant.gptq.pytorch_quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 from hwquant.torch.builder import build_module
+from hwquant.torch.output_mean_correction import channel_axis, channel_mean, correct_output_means
 from hwquant.torch.trainable_model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
@@ -92,7 +97,7 @@ def _build_student(graph: Graph, adapter: Any, cfg: GradientPTQConfig) -> _Stude
         return gradual[-1]
 
     model = build_trainable_model(graph, TrainableQuantizerFactory(adapter.kernel_attr, make_weights, make_activation),
-                                  adapter.device, extra_outputs=points)
+                                  adapter.device, extra_outputs=[interest_point(graph.node(n)) for n in points])
     placement = model.meta["hwquant_placement"]
     kernels = []
     for name in points:
@@ -101,6 +106,11 @@ def _build_student(graph: Graph, adapter: Any, cfg: GradientPTQConfig) -> _Stude
         attr = adapter.kernel_attr(node)
         kernels.append((node, wrapper, attr, wrapper.weights_quantizers[attr]))
     return _Student(model, kernels, gradual)
+
+
+def interest_point(layer: Node) -> str:
+    """The node whose output is ``layer``'s interest point: the end of its fused group, else itself."""
+    return layer.fused_into or layer.name
 
 
 def _make_optimizer(spec: Any, params: List[nn.Parameter], what: str) -> torch.optim.Optimizer:
@@ -145,10 +155,6 @@ def _optimizers(cfg: GradientPTQConfig, student: _Student) -> List[torch.optim.O
     return out
 
 
-def _channel_axis(node: Node) -> int:
-    return -1 if isinstance(node.call_target, nn.Linear) else 1
-
-
 def _loss_weights(cfg: GradientPTQConfig, teacher: nn.Module, samples: List[torch.Tensor],
                   points: List[Node]) -> tuple:
     """(loss weights: (points,) or (samples, points) for sample-layer attention; regulariser weights (points,))."""
@@ -160,7 +166,7 @@ def _loss_weights(cfg: GradientPTQConfig, teacher: nn.Module, samples: List[torc
     if not h.per_sample and h.hessians_num_samples is not None and h.hessians_num_samples > len(samples[0]):
         log.info("GPTQ Hessian scores: %d samples asked, the data has %d", h.hessians_num_samples, len(samples[0]))
     batches = [[t[i:i + h.hessian_batch_size] for t in samples] for i in range(0, n, h.hessian_batch_size)]
-    scores = activation_hessian_scores(teacher, batches, [_channel_axis(p) for p in points], h.per_sample).cpu()
+    scores = activation_hessian_scores(teacher, batches, [channel_axis(p) for p in points], h.per_sample).cpu()
     if h.per_sample:
         return scores, scores.mean(0)
     scores = scores.double()
@@ -182,23 +188,26 @@ def _teacher_outputs(teacher: nn.Module, x: List[torch.Tensor]) -> List[torch.Te
 
 
 def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List[torch.Tensor], batch_size: int,
-               seed: int = 0) -> Tuple[Dict[str, Any], Dict[str, np.ndarray]]:
+               seed: int = 0) -> Dict[str, Any]:
     """Run GPTQ on ``graph``, a quantized graph with its float weights and biases (PTQ's graph before
-    bias correction), in place: the learned kernels, biases and parameters are written into its nodes.
-    The float teacher is built from it too. ``samples``: one tensor per model input holding every
-    training sample. Returns the run's information (UserInformation.gptq_info_dict) and the learned
-    kernels (see :func:`install_kernels`).
+    bias correction), in place: the learned kernels, biases and parameters are written into its nodes,
+    then the trained layers' output means are corrected. The float teacher is built from it too.
+    ``samples``: one tensor per model input holding every training sample. Returns the run's
+    information (UserInformation.gptq_info_dict).
 
     Why the float biases: soft rounding starts at the float kernels, so the biases that go with them
     are the float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting
-    from corrected biases the optimiser spends its steps undoing the correction through the rounding)."""
+    from corrected biases the optimiser spends its steps undoing the correction through the rounding).
+    Why the correction afterwards is measured rather than analytic: the learned rounding of a layer
+    also compensates the errors above it, which the analytic correction (float input means) would undo."""
     start = time.perf_counter()
     student = _build_student(graph, adapter, cfg)
     if not student.kernels:
         raise InvalidConfigError("GPTQ found no quantized kernel to train (every layer's kernel quantization is "
                                  "disabled): use post-training quantization instead")
     names = [node.name for node, *_ in student.kernels]
-    teacher = build_module(graph, None, extra_outputs=names).to(adapter.device).eval()
+    point_of = {name: interest_point(graph.node(name)) for name in names}
+    teacher = build_module(graph, None, extra_outputs=list(point_of.values())).to(adapter.device).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     optimizers = _optimizers(cfg, student)
@@ -219,11 +228,8 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
         a = cfg.gradual_activation_quantization_config.q_fraction_scheduler_policy
         fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
 
-    cache = None
-    per_sample_bytes = sum(t[:1].numel() * 4 for t in _teacher_outputs(teacher, [s[:1] for s in samples]))
-    if per_sample_bytes * n_samples <= TEACHER_CACHE_BYTES:
-        cache = [torch.cat(parts) for parts in zip(*(
-            _teacher_outputs(teacher, [s[i:i + batch_size] for s in samples]) for i in range(0, n_samples, batch_size)))]
+    cache = _teacher_cache(teacher, samples, batch_size)
+    float_means = _float_means(teacher, cache, samples, batch_size, [n for n, *_ in student.kernels])
 
     gen = torch.Generator().manual_seed(seed)
     losses: List[float] = []
@@ -269,39 +275,53 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
                 epochs.set_postfix(loss=f"{value:.4g}")
             step += 1
     training_seconds = time.perf_counter() - start - hessian_seconds
-    kernels = _write_back(student, cfg, adapter)
-    log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s)",
-             len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds)
-    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "interest_points": names,
+    _write_back(student, cfg, adapter)
+    corrected = correct_output_means(graph, adapter, {k: v for k, v in float_means.items()
+                                                      if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction},
+                                     samples, batch_size, observed=point_of)
+    log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
+             "bias correction %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
+             time.perf_counter() - start - hessian_seconds - training_seconds)
+    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "interest_points": list(point_of.values()),
             "hessian_seconds": hessian_seconds, "training_seconds": training_seconds,
-            "rounding_type": cfg.rounding_type.name, "teacher_cached": cache is not None}, kernels
+            "rounding_type": cfg.rounding_type.name, "teacher_cached": cache is not None, "bias_corrected": corrected}
+
+
+def _teacher_cache(teacher: nn.Module, samples: List[torch.Tensor], batch_size: int) -> Optional[List[torch.Tensor]]:
+    """The teacher's interest-point activations for every sample, when they fit TEACHER_CACHE_BYTES."""
+    n = len(samples[0])
+    first = _teacher_outputs(teacher, [s[:batch_size] for s in samples])
+    per_sample = sum(t.numel() * t.element_size() for t in first) / len(first[0])
+    if per_sample * n > TEACHER_CACHE_BYTES:
+        return None
+    rest = (_teacher_outputs(teacher, [s[i:i + batch_size] for s in samples]) for i in range(batch_size, n, batch_size))
+    return [torch.cat(parts) for parts in zip(first, *rest)]
+
+
+def _float_means(teacher: nn.Module, cache: Optional[List[torch.Tensor]], samples: List[torch.Tensor],
+                 batch_size: int, points: List[Node]) -> Dict[str, torch.Tensor]:
+    """The channel means of the teacher's interest points over the samples (for the bias correction)."""
+    n = len(samples[0])
+    if cache is not None:
+        return {p.name: channel_mean(t, channel_axis(p)) for p, t in zip(points, cache)}
+    sums = [0.0] * len(points)
+    for i in range(0, n, batch_size):
+        outs = _teacher_outputs(teacher, [s[i:i + batch_size] for s in samples])
+        sums = [acc + channel_mean(t, channel_axis(p)) * len(t) for acc, p, t in zip(sums, points, outs)]
+    return {p.name: total / n for p, total in zip(points, sums)}
 
 
 @torch.no_grad()
-def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> Dict[str, np.ndarray]:
-    """The learned biases and quantization parameters into the graph's nodes; returns the learned
-    kernels ({node name: kernel on the grid}), which :func:`install_kernels` writes once the bias
-    correction for them (it reads the float kernels) is done."""
-    from hwquant.core.pipeline import set_weights_params
-    kernels = {}
+def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> None:
+    """The learned kernels (on the grid), biases and quantization parameters into the graph's nodes."""
+    from hwquant.core.pipeline import set_bias
     for node, wrapper, attr, q in student.kernels:
-        kernels[node.name] = q.quantized_weights(wrapper.layer.weight).cpu().numpy().astype(np.float32)
         if q.quantization_parameter_learning:
             node.final_config.weights_quantization_cfg.attrs[attr].weights_quantization_params.update(q.inferable_params())
+        node.set_weight(attr, q.quantized_weights(wrapper.layer.weight).cpu().numpy().astype(np.float32))
         bias = getattr(wrapper.layer, "bias", None)
-        bias_attr = adapter.bias_attr(node)
-        if cfg.train_bias and isinstance(bias, nn.Parameter) and bias_attr in node.weights:
-            node.set_weight(bias_attr, bias.detach().cpu().numpy().astype(node.weights[bias_attr].dtype))
-            bias_cfg = node.final_config.weights_quantization_cfg.attrs.get(bias_attr)
-            if bias_cfg is not None and bias_cfg.enable_weights_quantization:
-                set_weights_params(node.final_config, node.weights)
-    return kernels
-
-
-def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:
-    """Write GPTQ's learned kernels into the graph's nodes."""
-    for name, kernel in kernels.items():
-        graph.node(name).set_weight(adapter.kernel_attr(graph.node(name)), kernel)
+        if cfg.train_bias and isinstance(bias, nn.Parameter) and adapter.bias_attr(node) in node.weights:
+            set_bias(node, adapter, bias.detach().cpu().numpy())
 
 
 def training_samples(batches: List[List[torch.Tensor]]) -> tuple:

@@ -40,6 +40,13 @@ def _moves_values(node: Node) -> bool:
     return node.kind == NodeKind.METHOD and node.call_target in _MOVING_METHODS
 
 
+def _out_of_place(method: str) -> str:
+    """``add`` for ``add_``: an in-place tensor method would overwrite an observed tensor."""
+    if method.endswith("_") and not method.startswith("_") and hasattr(torch.Tensor, method[:-1]):
+        return method[:-1]
+    return method
+
+
 def make_layer(node: Node) -> nn.Module:
     """A copy of the node's layer carrying the node's (possibly folded) weights."""
     layer = copy.deepcopy(node.call_target)
@@ -94,7 +101,8 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
     quantized activation passes through a holder. With `extra_outputs`, the module returns
     `(model outputs, [tensors of those nodes])` (statistics collection), taken after the nodes'
-    activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points)."""
+    activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points);
+    in-place operations then run out of place, so that no later layer overwrites an observed tensor."""
     root = nn.Module()
     g = fx.Graph()
     env: Dict[str, fx.Node] = {}
@@ -122,15 +130,20 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             out = g.get_attr(name)
         elif node.kind == NodeKind.MODULE:
             layer = make_layer(node)
+            if extra_outputs is not None and getattr(layer, "inplace", False) is True:
+                layer.inplace = False
             wq = quantizers.weights(node) if quantizers else {}
             if wq:
                 layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
             placed.setdefault(node.name, {})["layer"] = register(node.name, layer)
             out = g.call_module(placed[node.name]["layer"], args, kwargs)
         elif node.kind == NodeKind.FUNCTION:
+            if extra_outputs is not None and kwargs.get("inplace") is True:
+                kwargs = {**kwargs, "inplace": False}
             out = g.call_function(node.call_target, args, kwargs)
         elif node.kind == NodeKind.METHOD:
-            out = g.call_method(node.call_target, args, kwargs)
+            out = g.call_method(_out_of_place(node.call_target) if extra_outputs is not None else node.call_target,
+                                args, kwargs)
         else:
             raise ValueError(f"node '{node.name}' has unknown kind {node.kind!r}")
         unquantized[node.name] = out

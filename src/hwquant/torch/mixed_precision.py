@@ -75,9 +75,6 @@ def _float_model(graph: Graph, observed: List[str], device: Any) -> fx.GraphModu
     model = build_module(graph, None, extra_outputs=observed).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    for m in model.modules():  # an in-place activation would overwrite the observed tensors (and their grads)
-        if getattr(m, "inplace", False) is True:
-            m.inplace = False
     return model
 
 

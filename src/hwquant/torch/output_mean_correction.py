@@ -1,0 +1,79 @@
+"""Empirical bias correction: shift each quantized layer's bias so that the mean of its output, per
+channel, over the data, equals the float model's, measured in the quantized model itself.
+
+Unlike the analytic correction (core/passes/bias_correction.py: ``(W - Q(W)) E[x]`` with the float
+model's input mean), the measured mean error includes everything upstream: earlier layers' rounding
+and the activation quantizers. Correcting a layer changes the inputs of every layer after it, so the
+layers are corrected one at a time in graph order, each measured with the corrections before it in
+place (correcting them all from one measurement overshoots: most of a deep layer's mean error comes
+from the layers above it). Each measurement runs the model only as far as the layer.
+
+Exact at the corrected points: afterwards each layer's output (before its activation quantizer) has
+the float channel means on the given data, unless its bias is itself quantized.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+from torch import fx, nn
+
+from hwquant.core.graph import Graph, Node
+from hwquant.torch.builder import QuantizerFactory, build_module
+
+
+def channel_axis(node: Node) -> int:
+    """The channel axis of a linear layer's output: last for nn.Linear, 1 for convolutions."""
+    return -1 if isinstance(node.call_target, nn.Linear) else 1
+
+
+def channel_mean(t: torch.Tensor, axis: int) -> torch.Tensor:
+    """Mean over every axis but ``axis`` (float64, so that long sums stay exact)."""
+    t = t.detach().double()
+    return t.movedim(axis, 0).reshape(t.shape[axis], -1).mean(1) if t.dim() > 1 else t.mean().reshape(1)
+
+
+@torch.no_grad()
+def _mean_over_batches(module: nn.Module, axis: int, samples: Sequence[torch.Tensor], batch_size: int) -> torch.Tensor:
+    """The channel means of ``module``'s single output over all samples, batch by batch."""
+    n = len(samples[0])
+    total = None
+    for i in range(0, n, batch_size):
+        out = module(*[s[i:i + batch_size] for s in samples])
+        m = channel_mean(out, axis) * min(batch_size, n - i)
+        total = m if total is None else total + m
+    return total / n
+
+
+def _prefix(module: fx.GraphModule, point: int) -> fx.GraphModule:
+    """The part of a model built with extra outputs that computes its ``point``-th extra output only."""
+    pruned = fx.GraphModule(module, copy.deepcopy(module.graph))
+    output = next(n for n in reversed(pruned.graph.nodes) if n.op == "output")
+    output.args = (output.args[0][1][point],)
+    pruned.graph.eliminate_dead_code()
+    pruned.recompile()
+    return pruned
+
+
+def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torch.Tensor],
+                         samples: Sequence[torch.Tensor], batch_size: int,
+                         observed: Optional[Dict[str, str]] = None) -> List[str]:
+    """Correct, in graph order, the bias of every layer named in ``float_means`` ({layer: the float
+    model's channel means on ``samples`` of the node ``observed[layer]`` (default: the layer), taken
+    before its activation quantizer}) so that the quantized model built from ``graph`` has those
+    means there; a layer without a bias gets one. Writes the graph's nodes; returns the corrected layers."""
+    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
+    corrected = []
+    for node in graph:
+        if node.name not in float_means or adapter.bias_attr(node) is None:
+            continue
+        point = (observed or {}).get(node.name, node.name)
+        model = build_module(graph, QuantizerFactory(), extra_outputs=[point], extra_outputs_unquantized=True)
+        prefix = _prefix(model, 0).to(adapter.device).eval()
+        measured = _mean_over_batches(prefix, channel_axis(node), samples, batch_size)
+        shift = (float_means[node.name].to(measured) - measured).cpu().numpy()
+        bias = node.weights.get(adapter.bias_attr(node))
+        set_bias(node, adapter, shift if bias is None else bias + shift)
+        corrected.append(node.name)
+    return corrected
