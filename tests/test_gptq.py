@@ -247,19 +247,20 @@ def ptq_model(setup):
                                 {"use_hessian_based_weights": False, "use_hessian_sample_attention": False}],
                          ids=["sample-layer-attention", "hessian-per-point", "no-hessian"])
 def test_gptq_learns_the_rounding(setup, ptq_model, kw):
-    # On this random network, bias correction already wins most of what can be won: GPTQ (whose
-    # learned rounding gets its own bias correction) must keep PTQ's fidelity on held-out data, and
-    # clearly beat rounding to nearest without the correction.
+    # On this random network, bias correction already wins most of what can be won: GPTQ (learned
+    # rounding, then its measured bias correction) must beat PTQ on held-out data, and clearly beat
+    # rounding to nearest without the correction.
     model, data, held_out = setup
     quantized, info = run(setup, n_epochs=5, **kw)
     no_correction = mct.ptq.pytorch_post_training_quantization(
         model, gen_of(data), core_config=mct.core.CoreConfig(mct.core.QuantizationConfig(
             weights_n_bits=4, weights_bias_correction=False)))[0]
     gptq_db = error_db(model, quantized, held_out)
-    assert gptq_db > error_db(model, ptq_model, held_out) - 1.0
+    assert gptq_db > error_db(model, ptq_model, held_out)
     assert gptq_db > error_db(model, no_correction, held_out) + 3.0
     d = info.gptq_info_dict
-    assert d["steps"] == len(d["losses"]) == 5 * 8 and d["interest_points"] == ["c1", "c2", "fc"]
+    assert d["steps"] == len(d["losses"]) == 5 * 8 and d["trained_layers"] == ["c1", "c2", "fc"]
+    assert d["interest_points"] == ["relu", "relu_1", "fc"]  # where c1 and c2 are quantized: after their ReLU
     assert d["teacher_cached"] and d["losses"][-1] < d["losses"][0]
 
 

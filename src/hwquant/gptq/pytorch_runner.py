@@ -282,7 +282,7 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
     log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
              "bias correction %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
              time.perf_counter() - start - hessian_seconds - training_seconds)
-    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "interest_points": list(point_of.values()),
+    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names, "interest_points": list(point_of.values()),
             "hessian_seconds": hessian_seconds, "training_seconds": training_seconds,
             "rounding_type": cfg.rounding_type.name, "teacher_cached": cache is not None, "bias_corrected": corrected}
 
