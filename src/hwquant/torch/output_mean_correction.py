@@ -8,8 +8,10 @@ layers are corrected one at a time in graph order, each measured with the correc
 place (correcting them all from one measurement overshoots: most of a deep layer's mean error comes
 from the layers above it). Each measurement runs the model only as far as the layer.
 
-Exact at the corrected points: afterwards each layer's output (before its activation quantizer) has
-the float channel means on the given data, unless its bias is itself quantized.
+A layer observed at its own output is corrected exactly (up to the integer kernels' bias grid): the
+bias shifts the output mean one for one. Observed after a fused activation (GPTQ's interest points),
+the mean there moves by less than the shift (a ReLU passes the share of positive inputs), so a
+second, secant step follows: the channel's measured response to the first shift gives its slope.
 """
 from __future__ import annotations
 
@@ -56,6 +58,13 @@ def _prefix(module: fx.GraphModule, point: int) -> fx.GraphModule:
     return pruned
 
 
+def _add_to_bias(node: Node, adapter: Any, shift: torch.Tensor) -> None:
+    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
+    bias = node.weights.get(adapter.bias_attr(node))
+    shift = shift.numpy()
+    set_bias(node, adapter, shift if bias is None else bias + shift)
+
+
 def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torch.Tensor],
                          samples: Sequence[torch.Tensor], batch_size: int,
                          observed: Optional[Dict[str, str]] = None) -> List[str]:
@@ -63,17 +72,24 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
     model's channel means on ``samples`` of the node ``observed[layer]`` (default: the layer), taken
     before its activation quantizer}) so that the quantized model built from ``graph`` has those
     means there; a layer without a bias gets one. Writes the graph's nodes; returns the corrected layers."""
-    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
     corrected = []
     for node in graph:
         if node.name not in float_means or adapter.bias_attr(node) is None:
             continue
         point = (observed or {}).get(node.name, node.name)
-        model = build_module(graph, QuantizerFactory(), extra_outputs=[point], extra_outputs_unquantized=True)
-        prefix = _prefix(model, 0).to(adapter.device).eval()
-        measured = _mean_over_batches(prefix, channel_axis(node), samples, batch_size)
-        shift = (float_means[node.name].to(measured) - measured).cpu().numpy()
-        bias = node.weights.get(adapter.bias_attr(node))
-        set_bias(node, adapter, shift if bias is None else bias + shift)
+
+        def measure() -> torch.Tensor:
+            model = build_module(graph, QuantizerFactory(), extra_outputs=[point], extra_outputs_unquantized=True)
+            prefix = _prefix(model, 0).to(adapter.device).eval()
+            return _mean_over_batches(prefix, channel_axis(node), samples, batch_size).cpu()
+
+        target = float_means[node.name].cpu().double()
+        measured = measure()
+        shift = target - measured
+        _add_to_bias(node, adapter, shift)
+        if point != node.name:  # through an activation the mean moves by less than the shift
+            moved = measure()
+            slope = ((moved - measured) / torch.where(shift.abs() > 1e-12, shift, torch.ones_like(shift))).clamp(0.1, 1.0)
+            _add_to_bias(node, adapter, (target - moved) / slope)
         corrected.append(node.name)
     return corrected

@@ -1,0 +1,113 @@
+"""The measured (empirical) bias correction GPTQ ends with, and the builder's handling of in-place
+operations when it exposes intermediate tensors."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import hwquant as mct
+from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
+from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.output_mean_correction import _prefix, channel_axis, channel_mean, correct_output_means
+
+
+class Net(nn.Module):
+    def __init__(self, bias=True):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1, bias=bias)
+        self.act = nn.ReLU(inplace=True)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = self.act(self.c1(x))
+        x = torch.relu(self.c2(x))
+        return self.fc(x.mean((2, 3)))
+
+
+def _ptq_state(model, batches, **qc):
+    qc = {"weights_n_bits": 3, "weights_bias_correction": False, **qc}
+    session, state = run_pytorch_ptq(model.eval(), lambda: iter([[b] for b in batches]), None,
+                                     mct.core.CoreConfig(mct.core.QuantizationConfig(**qc)), DEFAULT_PYTORCH_TPC)
+    return session.adapter, state.graph
+
+
+def _means(graph, names, x, quantized):
+    model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=names,
+                         extra_outputs_unquantized=True).eval()
+    with torch.no_grad():
+        points = model(x)[1]
+    return {n: channel_mean(p, channel_axis(graph.node(n))) for n, p in zip(names, points)}
+
+
+@pytest.fixture(scope="module")
+def data():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(16, 3, 12, 12, generator=g) + 0.5 for _ in range(4)]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_quantized_layers_get_the_float_output_means(data, bias):
+    torch.manual_seed(0)
+    adapter, graph = _ptq_state(Net(bias), data)
+    names = ["c1", "c2", "fc"]
+    x = torch.cat(data)
+    float_means = _means(graph, names, x, quantized=False)
+    before = _means(graph, names, x, quantized=True)
+    assert correct_output_means(graph, adapter, float_means, [x], 16) == names
+    assert "bias" in graph.node("c1").weights  # a layer without a bias gets one
+    after = _means(graph, names, x, quantized=True)
+    for n in names:
+        err_before = (before[n] - float_means[n]).abs().max().item()
+        err_after = (after[n] - float_means[n]).abs().max().item()
+        # exact up to the integer kernels' bias grid (input scale x kernel scale)
+        assert err_before > 1e-3 and err_after < 0.05 * err_before, (n, err_before, err_after)
+
+
+def test_correction_is_measured_at_the_observed_node(data):
+    """Observed after the ReLU, which passes only part of a bias shift (the share of positive inputs):
+    a second, secant step brings the mean there close to the float one."""
+    torch.manual_seed(0)
+    adapter, graph = _ptq_state(Net(), data)
+    x = torch.cat(data)
+    float_means = _means(graph, ["act"], x, quantized=False)["act"]
+    before = (_means(graph, ["act"], x, quantized=True)["act"] - float_means).abs().mean()
+    correct_output_means(graph, adapter, {"c1": float_means}, [x], 16, observed={"c1": "act"})
+    after = (_means(graph, ["act"], x, quantized=True)["act"] - float_means).abs().mean()
+    assert after < 0.1 * before, (before, after)
+
+
+def test_prefix_runs_the_model_only_as_far_as_the_point(data):
+    torch.manual_seed(0)
+    _, graph = _ptq_state(Net(), data)
+    model = build_module(graph, QuantizerFactory(), extra_outputs=["c1", "fc"], extra_outputs_unquantized=True).eval()
+    first = _prefix(model, 0)
+    assert "c2" not in first.code and "fc" not in first.code
+    with torch.no_grad():
+        full = model(data[0])[1]
+        assert torch.equal(first(data[0]), full[0])
+        assert torch.equal(_prefix(model, 1)(data[0]), full[1])
+
+
+def test_observed_tensors_survive_in_place_operations(data):
+    """``self.act`` is ReLU(inplace=True): exposing c1's output must not let the ReLU overwrite it."""
+    torch.manual_seed(0)
+    _, graph = _ptq_state(Net(), data)
+    model = build_module(graph, None, extra_outputs=["c1"])
+    with torch.no_grad():
+        c1 = model(data[0])[1][0]
+    assert (c1 < 0).any()
+    plain = build_module(graph, None)  # without extra outputs the layer keeps running in place
+    assert any(getattr(m, "inplace", False) for m in plain.modules())
+
+
+def test_gptq_without_bias_correction_leaves_the_learned_biases(data):
+    torch.manual_seed(0)
+    gen = lambda: iter([[b] for b in data])  # noqa: E731
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=1)
+    for flag, expect in ((True, ["c1", "c2", "fc"]), (False, [])):
+        cc = mct.core.CoreConfig(mct.core.QuantizationConfig(weights_n_bits=4, weights_bias_correction=flag))
+        _, info = mct.gptq.pytorch_gradient_post_training_quantization(Net().eval(), gen, core_config=cc,
+                                                                       gptq_config=cfg)
+        assert info.gptq_info_dict["bias_corrected"] == expect
+        assert np.isfinite(info.gptq_info_dict["losses"]).all()
