@@ -6,7 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
@@ -22,6 +21,7 @@ from hwquant.tpc.enums import QuantizationMethod as QM
 from hwquant.torch.metadata import read_metadata
 from hwquant.torch.quantizers import PytorchQuantizationWrapper
 from hwquant.trainable_infrastructure import QuantizationTarget, VariableGroup, get_trainable_quantizer_class
+from small_nets import seeded_net  # tests/small_nets.py
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_trainable_quantizers import wcfg  # noqa: E402
@@ -190,28 +190,9 @@ def test_hessian_scores_are_exact_on_a_linear_map():
 
 
 # ------------------------------------------------------------------------------------------ the whole run
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
-        self.bn = nn.BatchNorm2d(16)
-        self.c2 = nn.Conv2d(16, 16, 3, padding=1)
-        self.fc = nn.Linear(16, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn(self.c1(x))), 2)
-        x = x + F.relu(self.c2(x))
-        return self.fc(x.mean((2, 3)))
-
-
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    model = Net()
-    with torch.no_grad():
-        model.bn.running_mean.uniform_(-0.2, 0.2)
-        model.bn.running_var.uniform_(0.5, 2.0)
-    model.eval()
+    model = seeded_net(channels=16, classes=10, pooled_head=True)
     g = torch.Generator().manual_seed(1)
     data = [torch.randn(32, 3, 16, 16, generator=g) for _ in range(8)]  # far more samples than a layer's weights
     held_out = torch.randn(128, 3, 16, 16, generator=g)

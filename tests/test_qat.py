@@ -15,33 +15,15 @@ from hwquant.errors import InvalidConfigError
 from hwquant.torch.metadata import read_metadata
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder
 from hwquant.trainable_infrastructure import BasePytorchTrainableQuantizer, TrainingMethod
+from small_nets import seeded_net  # tests/small_nets.py
 
 QAT_INIT = mct.qat.pytorch_quantization_aware_training_init_experimental
 QAT_FINALIZE = mct.qat.pytorch_quantization_aware_training_finalize_experimental
 
 
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
-        self.fc = nn.Linear(8 * 4 * 4, 5)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn(self.c1(x))), 2)
-        x = F.max_pool2d(x + F.relu(self.c2(x)), 2)
-        return self.fc(torch.flatten(x, 1))
-
-
 @pytest.fixture(scope="module")
 def setup():
-    torch.manual_seed(0)
-    model = Net()
-    with torch.no_grad():
-        model.bn.running_mean.uniform_(-0.2, 0.2)
-        model.bn.running_var.uniform_(0.5, 2.0)
-    model.eval()
+    model = seeded_net()
     g = torch.Generator().manual_seed(1)
     data = [torch.randn(16, 3, 16, 16, generator=g) for _ in range(4)]
     labels = [torch.randint(0, 5, (16,), generator=g) for _ in range(4)]
