@@ -111,3 +111,15 @@ def test_gptq_without_bias_correction_leaves_the_learned_biases(data):
                                                                        gptq_config=cfg)
         assert info.gptq_info_dict["bias_corrected"] == expect
         assert np.isfinite(info.gptq_info_dict["losses"]).all()
+
+
+def test_built_models_do_not_share_the_graphs_weights(data):
+    """Training a built model in place (GPTQ's biases) must leave the graph, and so the float teacher
+    built from it, alone."""
+    torch.manual_seed(0)
+    _, graph = _ptq_state(Net(), data)
+    before = graph.node("c1").weights["bias"].copy()
+    model = build_module(graph, None)
+    with torch.no_grad():
+        model.get_submodule("c1").bias.add_(1.0)
+    assert np.array_equal(graph.node("c1").weights["bias"], before)

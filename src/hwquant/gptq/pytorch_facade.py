@@ -9,6 +9,7 @@ from torch import nn
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.pytorch_runner import gptq_train, training_samples
@@ -17,6 +18,15 @@ from hwquant.torch.data import RepresentativeData
 from hwquant.torch.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")
+
+
+def _analytic_correction(state: Any, graph: Any, kernels: Any) -> int:
+    """PTQ's bias correction (its calibration statistics) on ``graph`` for the learned ``kernels``."""
+    ptq_graph, state.graph = state.graph, graph
+    try:
+        return apply_bias_correction(state, quantized_kernels=kernels)
+    finally:
+        state.graph = ptq_graph
 
 
 def pytorch_gradient_post_training_quantization(
@@ -53,7 +63,8 @@ def pytorch_gradient_post_training_quantization(
         data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
                                   n_inputs=session.data.n_inputs, device=adapter.device)
         samples, batch_size = training_samples(list(data))
-        info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size)
+        info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size,
+                               analytic_correction=lambda graph, kernels: _analytic_correction(state, graph, kernels))
         state.graph, state.float_graph = state.float_graph, None
         state.report["bias_corrected"] = len(info_dict["bias_corrected"])
     quantized = adapter.build(state.graph, quantized=True).eval()

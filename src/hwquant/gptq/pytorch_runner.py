@@ -10,9 +10,8 @@ and the fused output is the tensor the next layers see).
 The loss compares them, weighted by Hessian-based scores (per point, or per sample and point:
 sample-layer attention), plus the soft-rounding regulariser. After training, the learned weights
 (on the grid), biases and, if learned, quantization parameters are written into the graph, from which
-the ordinary quantized model is built; then, where the configuration asks for bias correction, each
-trained layer's bias is corrected so that its output has the float channel means on the GPTQ data,
-measured in the quantized model (torch/output_mean_correction.py).
+the ordinary quantized model is built, with a bias correction for the learned rounding where the
+configuration asks for one (gptq/pytorch_bias_correction.py).
 """
 from __future__ import annotations
 
@@ -34,7 +33,8 @@ from hwquant.gptq.pytorch_quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 from hwquant.torch.builder import build_module
-from hwquant.torch.output_mean_correction import channel_axis, channel_mean, correct_output_means
+from hwquant.gptq.pytorch_bias_correction import AnalyticCorrection, correct_biases
+from hwquant.torch.output_mean_correction import channel_axis
 from hwquant.torch.trainable_model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
@@ -188,18 +188,19 @@ def _teacher_outputs(teacher: nn.Module, x: List[torch.Tensor]) -> List[torch.Te
 
 
 def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List[torch.Tensor], batch_size: int,
-               seed: int = 0) -> Dict[str, Any]:
+               analytic_correction: AnalyticCorrection, seed: int = 0) -> Dict[str, Any]:
     """Run GPTQ on ``graph``, a quantized graph with its float weights and biases (PTQ's graph before
     bias correction), in place: the learned kernels, biases and parameters are written into its nodes,
-    then the trained layers' output means are corrected. The float teacher is built from it too.
+    with a bias correction for the learned rounding (gptq/pytorch_bias_correction.py: measured, or
+    ``analytic_correction``, whichever leaves the output closer to the float model's on the samples).
+    The float teacher is built from it too.
     ``samples``: one tensor per model input holding every training sample. Returns the run's
     information (UserInformation.gptq_info_dict).
 
     Why the float biases: soft rounding starts at the float kernels, so the biases that go with them
     are the float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting
     from corrected biases the optimiser spends its steps undoing the correction through the rounding).
-    Why the correction afterwards is measured rather than analytic: the learned rounding of a layer
-    also compensates the errors above it, which the analytic correction (float input means) would undo."""
+    """
     start = time.perf_counter()
     student = _build_student(graph, adapter, cfg)
     if not student.kernels:
@@ -229,7 +230,6 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
         fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
 
     cache = _teacher_cache(teacher, samples, batch_size)
-    float_means = _float_means(teacher, cache, samples, batch_size, [n for n, *_ in student.kernels])
 
     gen = torch.Generator().manual_seed(seed)
     losses: List[float] = []
@@ -275,16 +275,16 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
                 epochs.set_postfix(loss=f"{value:.4g}")
             step += 1
     training_seconds = time.perf_counter() - start - hessian_seconds
-    _write_back(student, cfg, adapter)
-    corrected = correct_output_means(graph, adapter, {k: v for k, v in float_means.items()
-                                                      if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction},
-                                     samples, batch_size, observed=point_of)
+    kernels = _write_back(student, cfg, adapter)
+    wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
+    correction = correct_biases(graph, adapter, kernels, analytic_correction, wanted, point_of, teacher, samples, batch_size)
     log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
-             "bias correction %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
-             time.perf_counter() - start - hessian_seconds - training_seconds)
-    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names, "interest_points": list(point_of.values()),
-            "hessian_seconds": hessian_seconds, "training_seconds": training_seconds,
-            "rounding_type": cfg.rounding_type.name, "teacher_cached": cache is not None, "bias_corrected": corrected}
+             "bias correction (%s) %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
+             correction["bias_correction"], time.perf_counter() - start - hessian_seconds - training_seconds)
+    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names,
+            "interest_points": list(point_of.values()), "hessian_seconds": hessian_seconds,
+            "training_seconds": training_seconds, "rounding_type": cfg.rounding_type.name,
+            "teacher_cached": cache is not None, **correction}
 
 
 def _teacher_cache(teacher: nn.Module, samples: List[torch.Tensor], batch_size: int) -> Optional[List[torch.Tensor]]:
@@ -298,30 +298,20 @@ def _teacher_cache(teacher: nn.Module, samples: List[torch.Tensor], batch_size: 
     return [torch.cat(parts) for parts in zip(first, *rest)]
 
 
-def _float_means(teacher: nn.Module, cache: Optional[List[torch.Tensor]], samples: List[torch.Tensor],
-                 batch_size: int, points: List[Node]) -> Dict[str, torch.Tensor]:
-    """The channel means of the teacher's interest points over the samples (for the bias correction)."""
-    n = len(samples[0])
-    if cache is not None:
-        return {p.name: channel_mean(t, channel_axis(p)) for p, t in zip(points, cache)}
-    sums = [0.0] * len(points)
-    for i in range(0, n, batch_size):
-        outs = _teacher_outputs(teacher, [s[i:i + batch_size] for s in samples])
-        sums = [acc + channel_mean(t, channel_axis(p)) * len(t) for acc, p, t in zip(sums, points, outs)]
-    return {p.name: total / n for p, total in zip(points, sums)}
-
-
 @torch.no_grad()
-def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> None:
-    """The learned kernels (on the grid), biases and quantization parameters into the graph's nodes."""
+def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> Dict[str, np.ndarray]:
+    """The learned biases and quantization parameters into the graph's nodes; returns the learned
+    kernels ({layer: kernel on the grid}): the analytic bias correction reads the float kernels first."""
     from hwquant.core.pipeline import set_bias
+    kernels = {}
     for node, wrapper, attr, q in student.kernels:
         if q.quantization_parameter_learning:
             node.final_config.weights_quantization_cfg.attrs[attr].weights_quantization_params.update(q.inferable_params())
-        node.set_weight(attr, q.quantized_weights(wrapper.layer.weight).cpu().numpy().astype(np.float32))
+        kernels[node.name] = q.quantized_weights(wrapper.layer.weight).cpu().numpy().astype(np.float32)
         bias = getattr(wrapper.layer, "bias", None)
         if cfg.train_bias and isinstance(bias, nn.Parameter) and adapter.bias_attr(node) in node.weights:
             set_bias(node, adapter, bias.detach().cpu().numpy())
+    return kernels
 
 
 def training_samples(batches: List[List[torch.Tensor]]) -> tuple:

@@ -51,7 +51,9 @@ def make_layer(node: Node) -> nn.Module:
     """A copy of the node's layer carrying the node's (possibly folded) weights."""
     layer = copy.deepcopy(node.call_target)
     for name, value in node.weights.items():
-        tensor = torch.as_tensor(np.ascontiguousarray(value))
+        # a copy, never a view of the graph's array: a model trained in place (GPTQ's biases) would
+        # otherwise change the graph and every other model built from it (the float teacher)
+        tensor = torch.tensor(np.ascontiguousarray(value))
         current = getattr(layer, name, None)
         if isinstance(current, nn.Parameter) or (current is None and name in ("weight", "bias")):
             setattr(layer, name, nn.Parameter(tensor.to(torch.float32), requires_grad=False))

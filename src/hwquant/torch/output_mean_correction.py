@@ -49,7 +49,7 @@ def _mean_over_batches(module: nn.Module, axis: int, samples: Sequence[torch.Ten
     return total / n
 
 
-class _FakeQuantizers(QuantizerFactory):
+class FakeQuantizers(QuantizerFactory):
     """The quantized model on the float path (fake-quantized kernels): the integer-kernel simulation
     gives the same means up to float rounding, several times slower on a CPU."""
 
@@ -88,7 +88,7 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         point = (observed or {}).get(node.name, node.name)
 
         def measure() -> torch.Tensor:
-            model = build_module(graph, _FakeQuantizers(), extra_outputs=[point], extra_outputs_unquantized=True)
+            model = build_module(graph, FakeQuantizers(), extra_outputs=[point], extra_outputs_unquantized=True)
             prefix = _prefix(model, 0).to(adapter.device).eval()
             return _mean_over_batches(prefix, channel_axis(node), samples, batch_size).cpu()
 

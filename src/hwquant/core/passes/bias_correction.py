@@ -17,7 +17,7 @@ observed during calibration, which `bias_correction_inputs` lists. Q(W) is compu
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional
 
 import numpy as np
 
@@ -82,10 +82,12 @@ def _input_mean(state: "PipelineState", node: Node, g: LinearGeometry) -> Option
     return mu if mu.shape == (g.in_channels,) else None
 
 
-def apply_bias_correction(state: "PipelineState") -> int:
+def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Dict[str, np.ndarray]] = None) -> int:
     """Correct the bias of every layer whose final config has weights_bias_correction and a
     quantized kernel with parameters, and whose input has per-channel statistics; returns how many
-    layers were corrected. Needs the final configs' weights quantization parameters."""
+    layers were corrected. Needs the final configs' weights quantization parameters.
+    ``quantized_kernels`` ({node name: Q(W)}) gives kernels not rounded to nearest (GPTQ's learned
+    rounding); the others are quantized with their final config."""
     from hwquant.core.pipeline import set_bias  # the pipeline imports the passes
 
     adapter, corrected = state.adapter, 0
@@ -100,8 +102,10 @@ def apply_bias_correction(state: "PipelineState") -> int:
             continue
         w = node.weights[kernel_attr]
         axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
-        q = quant_math.fake_quantize_with(wc.weights_quantization_method, wc.weights_n_bits,
-                                          wc.weights_quantization_params, np.asarray(w, np.float32), axis)
+        q = (quantized_kernels or {}).get(node.name)
+        if q is None:
+            q = quant_math.fake_quantize_with(wc.weights_quantization_method, wc.weights_n_bits,
+                                              wc.weights_quantization_params, np.asarray(w, np.float32), axis)
         correction = output_mean_shift(np.asarray(w, np.float64) - np.asarray(q, np.float64), g, mu)
         bias = node.weights.get(bias_attr)
         set_bias(node, adapter, correction if bias is None else bias + correction)
