@@ -109,7 +109,10 @@ def test_gptq_without_bias_correction_leaves_the_learned_biases(data):
         cc = mct.core.CoreConfig(mct.core.QuantizationConfig(weights_n_bits=4, weights_bias_correction=flag))
         _, info = mct.gptq.pytorch_gradient_post_training_quantization(Net().eval(), gen, core_config=cc,
                                                                        gptq_config=cfg)
-        assert info.gptq_info_dict["bias_corrected"] == expect
+        d = info.gptq_info_dict
+        assert d["bias_corrected"] == expect
+        if flag:  # the correction kept is the one with the smaller output error on held-back samples
+            assert d["bias_correction"] == min(d["output_error"], key=d["output_error"].get)
         assert np.isfinite(info.gptq_info_dict["losses"]).all()
 
 
@@ -123,3 +126,27 @@ def test_built_models_do_not_share_the_graphs_weights(data):
     with torch.no_grad():
         model.get_submodule("c1").bias.add_(1.0)
     assert np.array_equal(graph.node("c1").weights["bias"], before)
+
+
+@pytest.mark.parametrize("winner", ["analytic", "measured"])
+def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner, monkeypatch):
+    from hwquant.gptq import pytorch_bias_correction as B
+    torch.manual_seed(0)
+    adapter, graph = _ptq_state(Net(), data)
+    layers = ["c1", "c2", "fc"]
+    kernels = {n: graph.node(n).weights["weight"].copy() for n in layers}
+
+    def analytic(g, _kernels):  # a recognisable correction
+        for n in layers:
+            g.node(n).set_weight("bias", np.full_like(g.node(n).weights["bias"], 7.0))
+        return len(layers)
+
+    # the analytic graph is the copy: make it win or lose by identity
+    monkeypatch.setattr(B, "_output_error", lambda g, *a: (0.0 if g is not graph else 1.0) if winner == "analytic"
+                        else (1.0 if g is not graph else 0.0))
+    teacher = build_module(graph, None, extra_outputs=layers).eval()
+    out = B.correct_biases(graph, adapter, kernels, analytic, layers, {n: n for n in layers}, teacher,
+                           [torch.cat(data)], 16)
+    assert out["bias_correction"] == winner
+    sevens = all(np.all(graph.node(n).weights["bias"] == 7.0) for n in layers)
+    assert sevens == (winner == "analytic")
