@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from hwquant.core.graph import Graph
-from hwquant.gptq.pytorch_hessian import _tensors
+from hwquant.gptq.pytorch_hessian import flat_tensors
 from hwquant.torch.builder import build_module
 from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_mean, correct_output_means
 
@@ -40,7 +40,7 @@ def _output_error(graph: Graph, teacher: nn.Module, samples: Sequence[torch.Tens
     err = energy = 0.0
     for i in range(0, len(samples[0]), batch_size):
         x = [s[i:i + batch_size] for s in samples]
-        for q, f in zip(_tensors(model(*x)), _tensors(teacher(*x)[0])):
+        for q, f in zip(flat_tensors(model(*x)), flat_tensors(teacher(*x)[0])):
             if f.is_floating_point():
                 err += float((q.double() - f.double()).pow(2).sum())
                 energy += float(f.double().pow(2).sum())

@@ -19,13 +19,14 @@ from hwquant.logger import progress
 HESSIAN_ITERATIONS = 32  # random vectors per batch (the estimate's relative spread falls as 1 / sqrt)
 
 
-def _tensors(structure: Any) -> List[torch.Tensor]:
+def flat_tensors(structure: Any) -> List[torch.Tensor]:
+    """The tensors of a model output (a tensor, or lists / tuples / dicts of them), in order."""
     if isinstance(structure, torch.Tensor):
         return [structure]
     if isinstance(structure, dict):
         structure = list(structure.values())
     if isinstance(structure, (list, tuple)):
-        return [t for s in structure for t in _tensors(s)]
+        return [t for s in structure for t in flat_tensors(s)]
     return []
 
 
@@ -53,7 +54,7 @@ def activation_hessian_scores(model: torch.nn.Module, batches: Iterable[Sequence
         inputs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
         with torch.enable_grad():
             outputs, points = model(*inputs)
-            out = torch.cat([t.flatten(1) if t.dim() > 1 else t[:, None] for t in _tensors(outputs)
+            out = torch.cat([t.flatten(1) if t.dim() > 1 else t[:, None] for t in flat_tensors(outputs)
                              if t.is_floating_point()], 1)
             if gen is None or gen.device != out.device:
                 gen = torch.Generator(device=out.device).manual_seed(seed)
