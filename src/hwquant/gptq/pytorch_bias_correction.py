@@ -12,7 +12,7 @@ is kept.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from torch import nn
 from hwquant.core.graph import Graph
 from hwquant.gptq.pytorch_hessian import flat_tensors
 from hwquant.torch.builder import build_module
-from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_mean, correct_output_means
+from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_means, correct_output_means
 
 # (graph holding float kernels, {layer: learned kernel}) -> layers corrected; the PTQ statistics bind it
 AnalyticCorrection = Callable[[Graph, Dict[str, np.ndarray]], int]
@@ -47,16 +47,11 @@ def _output_error(graph: Graph, teacher: nn.Module, samples: Sequence[torch.Tens
     return err / max(energy, 1e-30)
 
 
-@torch.no_grad()
-def _float_means(teacher: nn.Module, graph: Graph, layers: List[str], samples: Sequence[torch.Tensor],
-                 batch_size: int) -> Dict[str, torch.Tensor]:
-    """The channel means of the teacher's interest points (its extra outputs, one per layer) over the samples."""
-    sums: List[Any] = [0.0] * len(layers)
-    for i in range(0, len(samples[0]), batch_size):
-        points = teacher(*[s[i:i + batch_size] for s in samples])[1]
-        sums = [acc + channel_mean(t, channel_axis(graph.node(name))) * len(t)
-                for acc, name, t in zip(sums, layers, points)]
-    return {name: total / len(samples[0]) for name, total in zip(layers, sums)}
+def _set_biases(graph: Graph, adapter: Any, biases: Dict[str, Optional[np.ndarray]]) -> None:
+    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
+    for name, bias in biases.items():
+        if bias is not None:
+            set_bias(graph.node(name), adapter, bias)
 
 
 def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
@@ -69,32 +64,31 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     one looks better than it is: MobileNetV2, 64 crops: better on them, worse on held-out crops); if
     it wins, it is fitted again on every sample.
     Returns what was chosen and why."""
-    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
     if not layers:
         install_kernels(graph, adapter, kernels)
         return {"bias_correction": None, "bias_corrected": []}
+    point_names = list(point_of)  # the teacher's extra outputs, in this order
+
+    def measured(data: List[torch.Tensor]) -> List[str]:
+        axes = [channel_axis(graph.node(name)) for name in point_names]
+        means = dict(zip(point_names, channel_means(lambda x: teacher(*x)[1], axes, data, batch_size)))
+        return correct_output_means(graph, adapter, {k: means[k] for k in layers}, data, batch_size,
+                                    observed=point_of)
+
     fit = [s[0::2] for s in samples]
     judge = [s[1::2] for s in samples] if len(samples[0]) > 1 else fit
-    float_means = _float_means(teacher, graph, list(point_of), fit, batch_size)
     other = copy.deepcopy(graph)
     analytic(other, kernels)
     install_kernels(other, adapter, kernels)
     install_kernels(graph, adapter, kernels)
     trained = {name: graph.node(name).weights.get(adapter.bias_attr(graph.node(name))) for name in layers}
-    corrected = correct_output_means(graph, adapter, {k: float_means[k] for k in layers}, fit, batch_size,
-                                     observed=point_of)
+    corrected = measured(fit)
     errors = {"measured": _output_error(graph, teacher, judge, batch_size, adapter.device),
               "analytic": _output_error(other, teacher, judge, batch_size, adapter.device)}
     if errors["analytic"] < errors["measured"]:
-        for name in layers:
-            bias = other.node(name).weights.get(adapter.bias_attr(other.node(name)))
-            if bias is not None:
-                set_bias(graph.node(name), adapter, bias)
+        _set_biases(graph, adapter, {name: other.node(name).weights.get(adapter.bias_attr(other.node(name)))
+                                     for name in layers})
     elif judge is not fit:  # measured it is: fit again on every sample (half the data left ~2 dB on the
-        for name, bias in trained.items():  # table), from the trained biases: the secant steps depend on the start
-            if bias is not None:
-                set_bias(graph.node(name), adapter, bias)
-        float_means = _float_means(teacher, graph, list(point_of), samples, batch_size)
-        correct_output_means(graph, adapter, {k: float_means[k] for k in layers}, samples, batch_size,
-                             observed=point_of)
+        _set_biases(graph, adapter, trained)  # table), from the trained biases: the secant steps depend on the start
+        measured(samples)
     return {"bias_correction": min(errors, key=errors.get), "bias_corrected": corrected, "output_error": errors}

@@ -27,13 +27,13 @@ from torch import nn
 from hwquant.core.graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.pytorch_bias_correction import AnalyticCorrection, correct_biases
 from hwquant.gptq.pytorch_hessian import activation_hessian_scores
 from hwquant.gptq.pytorch_loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.gptq.pytorch_quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 from hwquant.torch.builder import build_module
-from hwquant.gptq.pytorch_bias_correction import AnalyticCorrection, correct_biases
 from hwquant.torch.output_mean_correction import channel_axis
 from hwquant.torch.trainable_model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup

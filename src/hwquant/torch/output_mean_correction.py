@@ -17,7 +17,7 @@ second, secant step follows: the channel's measured response to the first shift 
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch import fx, nn
@@ -38,15 +38,16 @@ def channel_mean(t: torch.Tensor, axis: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _mean_over_batches(module: nn.Module, axis: int, samples: Sequence[torch.Tensor], batch_size: int) -> torch.Tensor:
-    """The channel means of ``module``'s single output over all samples, batch by batch."""
+def channel_means(run: Callable[[List[torch.Tensor]], Sequence[torch.Tensor]], axes: Sequence[int],
+                  samples: Sequence[torch.Tensor], batch_size: int) -> List[torch.Tensor]:
+    """The channel means over all samples of each tensor ``run`` returns for a batch (one axis each),
+    batch by batch."""
     n = len(samples[0])
-    total = None
+    totals: List[Any] = [0.0] * len(axes)
     for i in range(0, n, batch_size):
-        out = module(*[s[i:i + batch_size] for s in samples])
-        m = channel_mean(out, axis) * min(batch_size, n - i)
-        total = m if total is None else total + m
-    return total / n
+        outs = run([s[i:i + batch_size] for s in samples])
+        totals = [acc + channel_mean(t, axis) * len(t) for acc, axis, t in zip(totals, axes, outs)]
+    return [total / n for total in totals]
 
 
 class FakeQuantizers(QuantizerFactory):
@@ -90,7 +91,7 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         def measure() -> torch.Tensor:
             model = build_module(graph, FakeQuantizers(), extra_outputs=[point], extra_outputs_unquantized=True)
             prefix = _prefix(model, 0).to(adapter.device).eval()
-            return _mean_over_batches(prefix, channel_axis(node), samples, batch_size).cpu()
+            return channel_means(lambda x: [prefix(*x)], [channel_axis(node)], samples, batch_size)[0].cpu()
 
         target = float_means[node.name].cpu().double()
         measured = measure()
