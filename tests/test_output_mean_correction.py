@@ -8,7 +8,7 @@ from torch import nn
 import hwquant as mct
 from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.builder import QuantizerFactory, build_module
-from hwquant.torch.output_mean_correction import _prefix, channel_axis, channel_mean, correct_output_means
+from hwquant.torch.output_mean_correction import _Stream, channel_axis, channel_mean, correct_output_means
 
 
 class Net(nn.Module):
@@ -77,16 +77,23 @@ def test_correction_is_measured_at_the_observed_node(data):
     assert after < 0.1 * before, (before, after)
 
 
-def test_prefix_runs_the_model_only_as_far_as_the_point(data):
+def test_stream_measures_as_the_whole_model_and_keeps_only_live_values(data):
     torch.manual_seed(0)
     _, graph = _ptq_state(Net(), data)
     model = build_module(graph, QuantizerFactory(), extra_outputs=["c1", "fc"], extra_outputs_unquantized=True).eval()
-    first = _prefix(model, 0)
-    assert "c2" not in first.code and "fc" not in first.code
+    calls = {n.target: n for n in model.graph.nodes if n.op == "call_module"}
+    points = next(n for n in model.graph.nodes if n.op == "output").args[0][1]
+    stream = _Stream(model, [[b] for b in data])
     with torch.no_grad():
-        full = model(data[0])[1]
-        assert torch.equal(first(data[0]), full[0])
-        assert torch.equal(_prefix(model, 1)(data[0]), full[1])
+        full = [model(b)[1] for b in data]
+    want = [torch.stack([channel_mean(f[k], channel_axis(graph.node(name))) for f in full]).mean(0)
+            for k, name in enumerate(["c1", "fc"])]
+    stream.advance_to(calls["c1"])
+    assert torch.allclose(stream.probe(calls["c1"], points[0], 1), want[0])
+    stream.advance_to(calls["fc"])
+    assert torch.allclose(stream.probe(calls["fc"], points[1], -1), want[1])
+    for run in stream.runs:  # the probe kept nothing; of what came before fc, only fc's input is live
+        assert list(run.env) == list(calls["fc"].all_input_nodes)
 
 
 def test_observed_tensors_survive_in_place_operations(data):

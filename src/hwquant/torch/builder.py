@@ -97,6 +97,19 @@ class QuantizerFactory:
                                   ac.activation_quantization_params, target="activation")
 
 
+def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory"] = None,
+                out_of_place: bool = False) -> nn.Module:
+    """The module of a MODULE node: its layer with the node's weights, wrapped with its weight
+    quantizers when ``quantizers`` are given; ``out_of_place``: an in-place layer runs out of place."""
+    layer = make_layer(node)
+    if out_of_place and getattr(layer, "inplace", False) is True:
+        layer.inplace = False
+    wq = quantizers.weights(node) if quantizers else {}
+    if wq:
+        layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
+    return layer
+
+
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
                  extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None,
                  extra_outputs_unquantized: bool = False) -> fx.GraphModule:
@@ -131,12 +144,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             used_names.add(name)
             out = g.get_attr(name)
         elif node.kind == NodeKind.MODULE:
-            layer = make_layer(node)
-            if extra_outputs is not None and getattr(layer, "inplace", False) is True:
-                layer.inplace = False
-            wq = quantizers.weights(node) if quantizers else {}
-            if wq:
-                layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
+            layer = build_layer(graph, node, quantizers, out_of_place=extra_outputs is not None)
             placed.setdefault(node.name, {})["layer"] = register(node.name, layer)
             out = g.call_module(placed[node.name]["layer"], args, kwargs)
         elif node.kind == NodeKind.FUNCTION:
