@@ -50,20 +50,26 @@ def _to_normalised_tensor(img) -> torch.Tensor:
     return (a - mean) / std
 
 
-def imagenet_labelled() -> tuple[torch.Tensor, torch.Tensor]:
-    """The 20 labelled ImageNet images shipped with foolbox: (N x 3 x 224 x 224 normalised, labels)."""
+def imagenet_labelled_images() -> tuple[list, list]:
+    """The 20 labelled ImageNet images shipped with foolbox: (PIL RGB images at 224x224, labels)."""
     from PIL import Image
 
     files = sorted(_need(FOOLBOX_DATA).glob("imagenet_*_*.jpg"))
-    xs, ys = [], []
+    imgs, ys = [], []
     for f in files:
         idx, label = re.fullmatch(r"imagenet_(\d+)_(\d+)\.jpg", f.name).groups()
         img = Image.open(f).convert("RGB")
         if img.size != (224, 224):  # they ship at 224x224; resize defensively
             img = img.resize((224, 224), Image.BILINEAR)
-        xs.append(_to_normalised_tensor(img))
+        imgs.append(img)
         ys.append(int(label))
-    return torch.stack(xs), torch.tensor(ys, dtype=torch.long)
+    return imgs, ys
+
+
+def imagenet_labelled() -> tuple[torch.Tensor, torch.Tensor]:
+    """The 20 labelled ImageNet images shipped with foolbox: (N x 3 x 224 x 224 normalised, labels)."""
+    imgs, ys = imagenet_labelled_images()
+    return torch.stack([_to_normalised_tensor(img) for img in imgs]), torch.tensor(ys, dtype=torch.long)
 
 
 # opencv-doc images that pass the automatic photo test below but are not usable photos:
@@ -195,3 +201,15 @@ def fashion_mnist():
 
     return (images("train-images-idx3-ubyte.gz"), labels("train-labels-idx1-ubyte.gz"),
             images("t10k-images-idx3-ubyte.gz"), labels("t10k-labels-idx1-ubyte.gz"))
+
+
+def all_photos_and_imagenet_sets(n_calib: int, n_eval_crops: int, seed: int = 0):
+    """Calibration crops from EVERY natural photo; evaluation: the 20 labelled ImageNet images (first,
+    whole) and n_eval_crops random crops of them. For methods that learn from the calibration data
+    (GPTQ): splitting the 29 photos leaves too few to learn from, and the ImageNet images are disjoint
+    from the photos. Returns (calib, eval, labels of eval's first 20)."""
+    calib = imagenet_style_crops(natural_images(), n_calib, seed=10_000 + seed)
+    imgs, ys = imagenet_labelled_images()
+    evals = torch.cat([torch.stack([_to_normalised_tensor(img) for img in imgs]),
+                       imagenet_style_crops(imgs, n_eval_crops, seed=20_000 + seed)])
+    return calib, evals, torch.tensor(ys, dtype=torch.long)

@@ -70,6 +70,8 @@ def main(argv=None) -> None:
                     help="mp: activation-memory target = ratio x the activation memory at the largest candidates")
     ap.add_argument("--tpc-version", default="1.0", help="IMX500 TPC version")
     ap.add_argument("--gptq-epochs", type=int, default=5)
+    ap.add_argument("--gptq-no-hessian", action="store_true",
+                    help="gptq: use_hessian_based_weights=False, use_hessian_sample_attention=False")
     ap.add_argument("--kernel-bits", type=int, default=None,
                     help="gptq: every Conv2d/Linear kernel at this many bits (BitWidthConfig); w4 implies 4")
     ap.add_argument("--batch", type=int, default=32)
@@ -118,7 +120,9 @@ def main(argv=None) -> None:
             extra_info["final_weights_memory"] = float(final.weights_memory)
             extra_info["final_activation_memory"] = float(final.activation_memory)
     else:
-        cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=args.gptq_epochs)
+        hessian = {"use_hessian_based_weights": False, "use_hessian_sample_attention": False} \
+            if args.gptq_no_hessian else {}
+        cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=args.gptq_epochs, **hessian)
         t0 = time.perf_counter()
         qmodel, _ = mct.gptq.pytorch_gradient_post_training_quantization(model, rep_gen, gptq_config=cfg, **kwargs)
         seconds = time.perf_counter() - t0

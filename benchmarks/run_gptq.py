@@ -24,14 +24,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import metrics, report  # noqa: E402
+from benchmarks import assets, metrics, report  # noqa: E402
 from benchmarks.run_ptq import load_data, load_model, run_mct, seed_everything  # noqa: E402
 
 SECTION = "Gradient-based post-training quantization (GPTQ)"
 OUT = ROOT / ".cache" / "benchmarks" / "gptq.json"
+NO_HESSIAN = {"use_hessian_based_weights": False, "use_hessian_sample_attention": False}
 
 
-def ours(model, data, bits, epochs, batch, gptq: bool, seed=0):
+def ours(model, data, bits, epochs, batch, gptq: bool, seed=0, hessian=True):
     import hwquant as mct
     calib = data["calib"]
 
@@ -40,7 +41,7 @@ def ours(model, data, bits, epochs, batch, gptq: bool, seed=0):
             yield [calib[i:i + batch]]
 
     cc = mct.core.CoreConfig(mct.core.QuantizationConfig(weights_n_bits=bits))
-    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=epochs)  # made before the clock starts, as for MCT
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=epochs, **({} if hessian else NO_HESSIAN))  # before the clock, as for MCT
     model = copy.deepcopy(model)
     seed_everything(seed)
     t0 = time.perf_counter()
@@ -56,11 +57,21 @@ def ours(model, data, bits, epochs, batch, gptq: bool, seed=0):
             "logits": metrics.predict(q.eval(), data["eval"], 64).float(), **extra}
 
 
-def mct_gptq(name, data_file, bits, epochs, batch, timeout, log_dir):
-    res = run_mct(name, data_file, "gptq", log_dir, batch=batch, gptq_epochs=epochs, kernel_bits=bits, timeout=timeout)
+def mct_gptq(name, data_file, bits, epochs, batch, timeout, log_dir, hessian=True):
+    res = run_mct(name, data_file, "gptq", log_dir, batch=batch, gptq_epochs=epochs, kernel_bits=bits, timeout=timeout,
+                  gptq_hessian=hessian)
     if "eval_logits" not in res:
         return {"tool": "MCT GPTQ", "error": res.get("error") or res.get("skipped")}
     return {"tool": f"{res['tool'].split(' (')[0]} GPTQ", "seconds": res["ptq_seconds"], "logits": res["eval_logits"]}
+
+
+def gptq_data(name, n_calib, n_eval, seed=0) -> dict:
+    """Fashion-MNIST: as the PTQ benchmark. MobileNetV2: calibration crops of all the natural photos,
+    evaluation on the ImageNet images (whole, then n_eval crops); labels for the whole ones."""
+    if name != "mobilenet_v2":
+        return load_data(name, n_calib, n_eval, seed)
+    calib, evals, labels = assets.all_photos_and_imagenet_sets(n_calib, n_eval, seed)
+    return {"calib": calib, "eval": evals, "eval_y": labels}
 
 
 def score(res, float_logits, labels):
@@ -70,7 +81,7 @@ def score(res, float_logits, labels):
     row["agreement"] = metrics.top1_agreement(float_logits, res["logits"])
     row["sqnr_db"] = metrics.sqnr_db(float_logits, res["logits"])
     if labels is not None:
-        row["accuracy"] = metrics.labelled_top1(res["logits"], labels) / len(labels)
+        row["accuracy"] = metrics.labelled_top1(res["logits"][:len(labels)], labels) / len(labels)
     return row
 
 
@@ -83,6 +94,8 @@ def main(argv=None):
     ap.add_argument("--n-eval", type=int, default=490)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--mct-timeout", type=int, default=1200)
+    ap.add_argument("--no-hessian", action="store_true",
+                    help="both tools without Hessian-based loss weights (MCT's estimate takes hours on MobileNetV2 on a CPU)")
     ap.add_argument("--no-mct", action="store_true")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
@@ -91,24 +104,26 @@ def main(argv=None):
     log_dir.mkdir(parents=True, exist_ok=True)
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for name in args.models:
-        data = load_data(name, args.n_calib, args.n_eval, 0)
+        data = gptq_data(name, args.n_calib, args.n_eval)
         model = load_model(name).eval()
         float_logits = metrics.predict(model, data["eval"], 64).float()
         labels = data["eval_y"]
         data_file = Path(tempfile.mkstemp(suffix=".pt")[1])
         torch.save({"calib": data["calib"], "eval": data["eval"], "extra": {}}, data_file)
         for bits in args.bits:
-            rows = [{"tool": "float", **({"accuracy": metrics.labelled_top1(float_logits, labels) / len(labels)}
+            rows = [{"tool": "float", **({"accuracy": metrics.labelled_top1(float_logits[:len(labels)], labels) / len(labels)}
                                          if labels is not None else {})}]
             for gptq in (False, True):
-                rows.append(score(ours(model, data, bits, args.epochs, args.batch, gptq), float_logits, labels))
-                print(rows[-1], flush=True)
-            if not args.no_mct:
-                rows.append(score(mct_gptq(name, data_file, bits, args.epochs, args.batch, args.mct_timeout, log_dir),
+                rows.append(score(ours(model, data, bits, args.epochs, args.batch, gptq, hessian=not args.no_hessian),
                                   float_logits, labels))
                 print(rows[-1], flush=True)
-            results[f"{name}/w{bits}a8"] = {"rows": rows, "epochs": args.epochs, "n_calib": args.n_calib,
-                                           "date": time.strftime("%Y-%m-%d")}
+            if not args.no_mct:
+                rows.append(score(mct_gptq(name, data_file, bits, args.epochs, args.batch, args.mct_timeout, log_dir,
+                                           hessian=not args.no_hessian), float_logits, labels))
+                print(rows[-1], flush=True)
+            key = f"{name}/w{bits}a8" + ("/no-hessian" if args.no_hessian else "")
+            results[key] = {"rows": rows, "epochs": args.epochs, "n_calib": args.n_calib,
+                            "hessian": not args.no_hessian, "date": time.strftime("%Y-%m-%d")}
         data_file.unlink(missing_ok=True)
         OUT.parent.mkdir(parents=True, exist_ok=True)
         OUT.write_text(json.dumps(results, indent=1))
@@ -127,7 +142,7 @@ def render(results) -> str:
              "| model | weights | data, epochs | tool | accuracy | agreement | SQNR (dB) | time (s) | vs MCT |",
              "|---|---|---|---|---|---|---|---|---|"]
     for key, r in sorted(results.items()):
-        name, bits = key.split("/")
+        name, bits = key.split("/")[:2]
         mct_seconds = next((row.get("seconds") for row in r["rows"] if row["tool"].startswith("MCT")), None)
         for row in r["rows"]:
             if "error" in row:
@@ -140,7 +155,8 @@ def render(results) -> str:
                          f"{row['sqnr_db']:.1f}" if "sqnr_db" in row else "",
                          f"{row['seconds']:.1f}" if row.get("seconds") is not None else "",
                          f"{ratio:.2f}" if ratio is not None else ""]
-            lines.append(f"| {name} | {bits.upper()} | {r['n_calib']}, {r['epochs']} | {row['tool']} | "
+            setting = f"{r['n_calib']}, {r['epochs']}" + ("" if r.get("hessian", True) else ", no Hessian")
+            lines.append(f"| {name} | {bits.upper()} | {setting} | {row['tool']} | "
                          + " | ".join(cells) + " |")
     lines += ["", "Our GPTQ trains from the float biases and ends with a bias correction for the learned rounding, "
               "measured (each trained layer's output brought to the float channel means, layer by layer, in the "

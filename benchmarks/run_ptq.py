@@ -88,7 +88,7 @@ def run_ours(model, data, batch, seed) -> dict:
 
 
 def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_ratio=0.75, gptq_epochs=5,
-            kernel_bits=None, timeout=None) -> dict:
+            kernel_bits=None, timeout=None, gptq_hessian=True) -> dict:
     """MCT 2.6.1 in its own venv (benchmarks/peer_mct.py) on the saved data: its result (tool, ptq_seconds,
     eval_logits, ...) or {"error": ...}; its output goes to a log file under ``log_dir``."""
     if not MCT_PY.exists():
@@ -99,6 +99,8 @@ def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_rati
            "--weights-ratio", str(weights_ratio), "--gptq-epochs", str(gptq_epochs)]
     if kernel_bits is not None:
         cmd += ["--kernel-bits", str(kernel_bits)]
+    if not gptq_hessian:
+        cmd += ["--gptq-no-hessian"]
     log = log_dir / f"mct_{name}_{variant}{'' if kernel_bits is None else f'_w{kernel_bits}'}.log"
     try:
         with open(log, "w") as f:  # MCT is chatty (progress bars): keep its output in a log file
@@ -112,7 +114,7 @@ def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_rati
     finally:
         out.unlink(missing_ok=True)
     label = {"mp": f"mixed precision, {weights_ratio:.0%} of 8-bit weights",
-             "gptq": f"GPTQ, {gptq_epochs} epochs"}.get(variant, MCT_LABELS[variant])
+             "gptq": f"GPTQ, {gptq_epochs} epochs{'' if gptq_hessian else ', no Hessian'}"}.get(variant, MCT_LABELS[variant])
     res["tool"] = f"{res['tool']} ({label})"
     return res
 
