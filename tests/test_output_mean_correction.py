@@ -1,5 +1,7 @@
 """The measured (empirical) bias correction GPTQ ends with, and the builder's handling of in-place
 operations when it exposes intermediate tensors."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -157,3 +159,25 @@ def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner, m
     assert out["bias_correction"] == winner
     sevens = all(np.all(graph.node(n).weights["bias"] == 7.0) for n in layers)
     assert sevens == (winner == "analytic")
+
+
+def test_a_layer_without_bias_is_refitted_from_zero(data, monkeypatch):
+    """A winning measured correction is fitted again on all samples from the trained biases: a layer
+    that had none starts from zero, not from the half-data fit (observed after its ReLU, where the
+    secant step makes the result depend on the start)."""
+    from hwquant.gptq import pytorch_bias_correction as B
+    from hwquant.torch.output_mean_correction import channel_means
+    torch.manual_seed(0)
+    adapter, graph = _ptq_state(Net(bias=False), data)
+    layers, point_of = ["c1", "c2", "fc"], {"c1": "act", "c2": "c2", "fc": "fc"}
+    assert "bias" not in graph.node("c1").weights
+    kernels = {n: graph.node(n).weights["weight"].copy() for n in layers}
+    teacher = build_module(graph, None, extra_outputs=list(point_of.values())).eval()
+    x = [torch.cat(data)]
+    expected = copy.deepcopy(graph)
+    means = channel_means(lambda b: teacher(*b)[1], [channel_axis(graph.node(n)) for n in layers], x, 16)
+    correct_output_means(expected, adapter, dict(zip(layers, means)), x, 16, observed=point_of)
+    monkeypatch.setattr(B, "_output_error", lambda g, *a: 1.0 if g is not graph else 0.0)  # measured wins
+    B.correct_biases(graph, adapter, kernels, lambda g, k: 0, layers, point_of, teacher, x, 16)
+    for n in layers:
+        np.testing.assert_allclose(graph.node(n).weights["bias"], expected.node(n).weights["bias"], rtol=1e-5, atol=1e-6)

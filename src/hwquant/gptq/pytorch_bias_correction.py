@@ -48,10 +48,13 @@ def _output_error(graph: Graph, teacher: nn.Module, samples: Sequence[torch.Tens
 
 
 def _set_biases(graph: Graph, adapter: Any, biases: Dict[str, Optional[np.ndarray]]) -> None:
+    """Set each layer's bias; None (the layer had none): a zero bias, if it has got one since."""
     from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
     for name, bias in biases.items():
-        if bias is not None:
-            set_bias(graph.node(name), adapter, bias)
+        node = graph.node(name)
+        current = node.weights.get(adapter.bias_attr(node))
+        if bias is not None or current is not None:
+            set_bias(node, adapter, bias if bias is not None else np.zeros_like(current))
 
 
 def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
