@@ -245,6 +245,18 @@ def test_gptq_learns_the_rounding(setup, ptq_model, kw):
     assert d["teacher_cached"] and d["losses"][-1] < d["losses"][0]
 
 
+def test_uncached_teacher_trains_the_same(setup, monkeypatch):
+    """When the teacher's activations do not fit the cache budget, the teacher runs at every step:
+    the same training, step for step."""
+    from hwquant.gptq import pytorch_runner
+    assert pytorch_runner.teacher_cache_budget(torch.device("cpu")) >= pytorch_runner.TEACHER_CACHE_BYTES
+    cached = run(setup, n_epochs=1, use_hessian_based_weights=False, use_hessian_sample_attention=False)[1]
+    monkeypatch.setattr(pytorch_runner, "teacher_cache_budget", lambda device: 0)
+    uncached = run(setup, n_epochs=1, use_hessian_based_weights=False, use_hessian_sample_attention=False)[1]
+    assert cached.gptq_info_dict["teacher_cached"] and not uncached.gptq_info_dict["teacher_cached"]
+    np.testing.assert_allclose(uncached.gptq_info_dict["losses"], cached.gptq_info_dict["losses"], rtol=1e-5)
+
+
 def test_result_is_an_ordinary_quantized_model_on_the_ptq_grid(setup, ptq_model):
     model, data, held_out = setup
     quantized, _ = run(setup, n_epochs=3)
