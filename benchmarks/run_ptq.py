@@ -101,7 +101,8 @@ def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_rati
         cmd += ["--kernel-bits", str(kernel_bits)]
     if not gptq_hessian:
         cmd += ["--gptq-no-hessian"]
-    log = log_dir / f"mct_{name}_{variant}{'' if kernel_bits is None else f'_w{kernel_bits}'}.log"
+    log = log_dir / (f"mct_{name}_{variant}{'' if kernel_bits is None else f'_w{kernel_bits}'}"
+                     f"{'' if gptq_hessian else '_no_hessian'}.log")
     try:
         with open(log, "w") as f:  # MCT is chatty (progress bars): keep its output in a log file
             proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)
