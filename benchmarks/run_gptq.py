@@ -62,7 +62,7 @@ def mct_gptq(name, data_file, bits, epochs, batch, timeout, log_dir, hessian=Tru
                   gptq_hessian=hessian)
     if "eval_logits" not in res:
         error = res.get("error") or res.get("skipped")
-        progress = hessian_progress(log_dir / f"mct_{name}_gptq_w{bits}{'' if hessian else '_no_hessian'}.log")
+        progress = hessian_progress(Path(res["log"])) if "log" in res else ""
         return {"tool": "MCT GPTQ", "error": error + (f"; {progress}" if progress and "not finished" in error else "")}
     return {"tool": f"{res['tool'].split(' (')[0]} GPTQ", "seconds": res["ptq_seconds"], "logits": res["eval_logits"]}
 
@@ -116,8 +116,7 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
-    log_dir = ROOT / ".cache" / "benchmarks" / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = report.log_dir()
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for name in args.models:
         data = gptq_data(name, args.n_calib, args.n_eval)

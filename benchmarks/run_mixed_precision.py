@@ -81,8 +81,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
-    log_dir = ROOT / ".cache" / "benchmarks" / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = report.log_dir()
     model = load_model("mobilenet_v2")
     data = load_data("mobilenet_v2", 192, 490, 0)
     f = metrics.predict(model, data["eval"], 64)

@@ -33,7 +33,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import assets, metrics, models  # noqa: E402
+from benchmarks import assets, metrics, models, report  # noqa: E402
 
 SECTION = "## PyTorch post-training quantization (MobileNetV2 and Fashion-MNIST)"
 OUT_DIR = ROOT / ".cache" / "benchmarks"
@@ -108,10 +108,10 @@ def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_rati
             proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)
         if proc.returncode != 0:
             tail = log.read_text().strip().splitlines()[-1:] or ["?"]
-            return {"error": f"MCT exited {proc.returncode}: {tail[0][:200]} (log: {log.relative_to(ROOT)})"}
+            return {"error": f"MCT exited {proc.returncode}: {tail[0][:200]} (log: {log.relative_to(ROOT)})", "log": str(log)}
         res = torch.load(out, weights_only=True)
     except subprocess.TimeoutExpired:
-        return {"error": f"MCT not finished after {timeout} s (log: {log.relative_to(ROOT)})"}
+        return {"error": f"MCT not finished after {timeout} s (log: {log.relative_to(ROOT)})", "log": str(log)}
     finally:
         out.unlink(missing_ok=True)
     label = {"mp": f"mixed precision, {weights_ratio:.0%} of 8-bit weights",
@@ -285,7 +285,6 @@ def render(results: dict, notes: list[str], args, info: str) -> str:
 
 def write_section(text: str) -> None:
     """Replace only this benchmark's section of docs/BENCHMARKS.md (benchmarks/report.py)."""
-    from benchmarks import report
     report.replace_section(SECTION[len("## "):], text[len(SECTION):])
 
 
@@ -312,8 +311,7 @@ def main(argv=None) -> None:
 
     torch.set_num_threads(args.threads)
     info = machine_info()
-    log_dir = OUT_DIR / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = report.log_dir()
     results, notes = {}, []
     for name in args.models:
         rows, n = benchmark_model(name, args, log_dir)
