@@ -158,6 +158,12 @@ def set_bias(node: Node, adapter: FrameworkAdapter, bias: np.ndarray) -> None:
         set_weights_params(node.final_config, node.weights, attrs=[bias_attr])
 
 
+def add_to_bias(node: Node, adapter: FrameworkAdapter, shift: np.ndarray) -> None:
+    """Shift a linear layer's bias by ``shift`` (a layer without one gets ``shift``): see set_bias."""
+    bias = node.weights.get(adapter.bias_attr(node))
+    set_bias(node, adapter, shift if bias is None else bias + shift)
+
+
 def compute_parameters(state: PipelineState, all_candidates: bool = False) -> None:
     """Quantization parameters of the final configs (and of every candidate, for mixed precision)."""
     for node in state.graph:

@@ -32,15 +32,19 @@ def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) 
         graph.node(name).set_weight(adapter.kernel_attr(graph.node(name)), kernel)
 
 
+def _batches(samples: Sequence[torch.Tensor], batch_size: int) -> List[List[torch.Tensor]]:
+    return [[s[i:i + batch_size] for s in samples] for i in range(0, len(samples[0]), batch_size)]
+
+
 @torch.no_grad()
-def _output_error(graph: Graph, teacher: nn.Module, samples: Sequence[torch.Tensor], batch_size: int,
+def _output_error(graph: Graph, targets: List[List[torch.Tensor]], batches: List[List[torch.Tensor]],
                   device: Any) -> float:
-    """Squared error of the quantized model's outputs against the float teacher's, over their energy."""
+    """Squared error of the quantized model's outputs against ``targets`` (the float teacher's outputs
+    for ``batches``, computed once for every candidate), over their energy."""
     model = build_module(graph, FakeQuantizers()).to(device).eval()
     err = energy = 0.0
-    for i in range(0, len(samples[0]), batch_size):
-        x = [s[i:i + batch_size] for s in samples]
-        for q, f in zip(flat_tensors(model(*x)), flat_tensors(teacher(*x)[0])):
+    for x, target in zip(batches, targets):
+        for q, f in zip(flat_tensors(model(*x)), target):
             if f.is_floating_point():
                 err += float((q.double() - f.double()).pow(2).sum())
                 energy += float(f.double().pow(2).sum())
@@ -86,8 +90,11 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     install_kernels(graph, adapter, kernels)
     trained = {name: graph.node(name).weights.get(adapter.bias_attr(graph.node(name))) for name in layers}
     corrected = measured(fit)
-    errors = {"measured": _output_error(graph, teacher, judge, batch_size, adapter.device),
-              "analytic": _output_error(other, teacher, judge, batch_size, adapter.device)}
+    batches = _batches(judge, batch_size)
+    with torch.no_grad():
+        targets = [flat_tensors(teacher(*x)[0]) for x in batches]
+    errors = {"measured": _output_error(graph, targets, batches, adapter.device),
+              "analytic": _output_error(other, targets, batches, adapter.device)}
     if errors["analytic"] < errors["measured"]:
         _set_biases(graph, adapter, {name: other.node(name).weights.get(adapter.bias_attr(other.node(name)))
                                      for name in layers})

@@ -94,8 +94,8 @@ class _Stream:
         """The channel means over all batches of ``last`` computed from ``first`` on (``first`` not yet
         computed), leaving the computed values as they were."""
         total, count = 0.0, 0
+        nodes = self.nodes[self.index[first]:self.index[last] + 1]
         for run in self.runs:
-            nodes = self.nodes[self.index[first]:self.index[last] + 1]
             for current in nodes:
                 run.env[current] = run.run_node(current)
             value = run.env[last]
@@ -103,13 +103,6 @@ class _Stream:
             for current in nodes:
                 del run.env[current]
         return (total / count).cpu()
-
-
-def _add_to_bias(node: Node, adapter: Any, shift: torch.Tensor) -> None:
-    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
-    bias = node.weights.get(adapter.bias_attr(node))
-    shift = shift.numpy()
-    set_bias(node, adapter, shift if bias is None else bias + shift)
 
 
 def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torch.Tensor],
@@ -139,7 +132,8 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         stream.advance_to(call)
 
         def shift_bias(shift: torch.Tensor) -> None:
-            _add_to_bias(node, adapter, shift)
+            from hwquant.core.pipeline import add_to_bias  # the pipeline imports the torch adapter
+            add_to_bias(node, adapter, shift.numpy())
             setattr(model, name, build_layer(graph, node, quantizers, out_of_place=True).to(adapter.device).eval())
 
         target = float_means[node.name].cpu().double()

@@ -88,7 +88,7 @@ def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Di
     layers were corrected. Needs the final configs' weights quantization parameters.
     ``quantized_kernels`` ({node name: Q(W)}) gives kernels not rounded to nearest (GPTQ's learned
     rounding); the others are quantized with their final config."""
-    from hwquant.core.pipeline import set_bias  # the pipeline imports the passes
+    from hwquant.core.pipeline import add_to_bias  # the pipeline imports the passes
 
     adapter, corrected = state.adapter, 0
     for node in state.graph:
@@ -107,7 +107,6 @@ def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Di
             q = quant_math.fake_quantize_with(wc.weights_quantization_method, wc.weights_n_bits,
                                               wc.weights_quantization_params, np.asarray(w, np.float32), axis)
         correction = output_mean_shift(np.asarray(w, np.float64) - np.asarray(q, np.float64), g, mu)
-        bias = node.weights.get(bias_attr)
-        set_bias(node, adapter, correction if bias is None else bias + correction)
+        add_to_bias(node, adapter, correction)
         corrected += 1
     return corrected
