@@ -311,7 +311,8 @@ def test_metadata_in_the_onnx_file(quantized, tmp_path):
     assert props["tpc_name"] == "imx500_tpc" and props["tpc_version"] == "1.0"
     assert props["quantization_format"] == "FAKELY_QUANT"
     assert json.loads(props["quantization_config"])["activation_error_method"] == "MSE"
-    assert model.producer_name == "hwquant"
+    # the IMX500 converter accepts only PyTorch as the producer (>= 2.0); the toolkit is in the metadata
+    assert model.producer_name == "pytorch" and model.producer_version == torch.__version__.split("+")[0]
 
 
 def test_torchscript_round_trip_with_metadata(quantized, tmp_path):

@@ -116,7 +116,8 @@ def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, ops
         counts = optimize_for_integer_kernels(proto)
         log.info("integer-kernel rewrites: %s", counts)
     onnx.helper.set_model_props(proto, metadata_strings(meta))
-    proto.producer_name, proto.producer_version = "hwquant", meta.get("hwquant_version", "")
+    # The producer stays what torch.onnx wrote ("pytorch", torch's version): the IMX500 converter
+    # refuses any other. hwquant's own identity and settings are in the metadata properties.
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:  # a bug of ours, not the user's: say so plainly
