@@ -197,5 +197,7 @@ def map_input_refs(structure: Any, fn: Callable[[InputRef], Any]) -> Any:
         return {k: map_input_refs(v, fn) for k, v in structure.items()}
     if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
         return type(structure)(map_input_refs(v, fn) for v in structure)
+    if isinstance(structure, slice):  # x[..., a:b] with bounds computed from tensor sizes
+        return slice(*(map_input_refs(v, fn) for v in (structure.start, structure.stop, structure.step)))
     return structure
 

@@ -33,12 +33,16 @@ def quantization_metadata(tpc: Any, core_config: Any, framework: str, method: st
 
     qc = core_config.quantization_config
     settings = {name: _plain(getattr(qc, name)) for name in type(qc).model_fields}
+    # MCT's TPC keys, as strings; one the TPC leaves unset is left out (the IMX500 converter
+    # checks the platform type and the minor version where they are present).
+    tpc_keys = {"tpc_name": tpc.name, "tpc_platform_type": tpc.tpc_platform_type,
+                "tpc_minor_version": tpc.tpc_minor_version, "tpc_patch_version": tpc.tpc_patch_version,
+                "tpc_schema": tpc.SCHEMA_VERSION}
     return {
         "hwquant_version": __version__,
         "framework": framework,
         "method": method,
-        "tpc_name": tpc.name,
-        "tpc_platform_type": tpc.tpc_platform_type,
+        **{k: str(v) for k, v in tpc_keys.items() if v is not None},
         "tpc_version": tpc.version,
         "quantization_config": settings,
     }

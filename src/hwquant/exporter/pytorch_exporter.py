@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from hwquant.core.model_metadata import metadata_strings
 from hwquant.errors import ExportError
@@ -44,7 +44,7 @@ def _metadata(model: Any, quantization: QuantizationFormat, serialization: Pytor
 def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callable[[], Any],
                          serialization_format: Any = PytorchExportSerializationFormat.ONNX,
                          quantization_format: Any = QuantizationFormat.MCTQ,
-                         onnx_opset_version: int = DEFAULT_ONNX_OPSET_VERSION) -> Path:
+                         onnx_opset_version: Optional[int] = None) -> Path:
     """Export a model quantized by hwquant.
 
     Args:
@@ -54,7 +54,12 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
         serialization_format: PytorchExportSerializationFormat.ONNX or TORCHSCRIPT.
         quantization_format: QuantizationFormat.MCTQ (ONNX custom ops), FAKELY_QUANT (ONNX QDQ with integer
             weights / TorchScript fake quantization) or INT8 (ONNX QDQ, every quantizer within 8 bits).
-        onnx_opset_version: ONNX opset (>= 13; 21 for 16-bit activations as integers).
+        onnx_opset_version: ONNX opset (>= 13; 21 for 16-bit activations as integers). None: 17, or 20 for an
+            MCTQ file whose model has GELU (the IMX500 converter takes GELU as opset 20's Gelu operator).
+
+    An MCTQ file is written in the forms the IMX500 converter accepts (``torch.imx500_forms``); where the
+    converter would still refuse it (an operator the chip lacks, a non-power-of-two activation grid, an
+    opset it does not read), a warning says why at export time.
 
     Returns:
         The path written.
@@ -75,7 +80,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
                           "toolkit; quantize it first with mct.ptq.pytorch_post_training_quantization (or GPTQ / "
                           "QAT finalize) and export the model that returns")
     onnx_out = serialization == PytorchExportSerializationFormat.ONNX
-    if onnx_out and (isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
+    if onnx_out and onnx_opset_version is not None and (isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
                      or onnx_opset_version < MIN_ONNX_OPSET_VERSION):
         raise ExportError(f"onnx_opset_version must be an int >= {MIN_ONNX_OPSET_VERSION} (per-axis "
                           f"QuantizeLinear), got {onnx_opset_version!r}")
@@ -101,16 +106,35 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     return path
 
 
-def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, opset: int, meta: Dict[str, Any]) -> bytes:
+def _check_imx500(proto: Any, meta: Dict[str, Any]) -> None:
+    """Warn, before anyone runs the converter, when the IMX500 converter would refuse an MCTQ file.
+    The file is still written: MCTQ also serves simulation in ONNX Runtime, where such a file runs."""
+    from hwquant.exporter.imx500 import converter_problems
+
+    problems = converter_problems(proto, meta.get("tpc_minor_version"))
+    if problems:
+        log.warning("the IMX500 converter will refuse this MCTQ file (quantized for TPC '%s'): %s",
+                    meta.get("tpc_name"), "; ".join(problems))
+
+
+def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, opset: Optional[int],
+                meta: Dict[str, Any]) -> bytes:
     import onnx
 
+    from hwquant.exporter.imx500 import GELU_OPSET, uses_erf
     from hwquant.exporter.onnx_int8 import optimize_for_integer_kernels
     from hwquant.exporter.onnx_lowering import lower_markers_to_mctq, lower_markers_to_qdq
     from hwquant.torch.export_model import to_onnx
 
-    proto = to_onnx(model, example, opset)
-    if quantization == QuantizationFormat.MCTQ:
+    mctq = quantization == QuantizationFormat.MCTQ
+    proto = to_onnx(model, example, opset or DEFAULT_ONNX_OPSET_VERSION, imx500_forms=mctq)
+    if mctq and opset is None and uses_erf(proto) and DEFAULT_ONNX_OPSET_VERSION < GELU_OPSET:
+        log.info("the model has GELU: exporting MCTQ at opset %d, where GELU is the one Gelu operator the IMX500 "
+                 "converter takes (below it, Erf)", GELU_OPSET)
+        proto = to_onnx(model, example, GELU_OPSET, imx500_forms=True)
+    if mctq:
         lower_markers_to_mctq(proto)
+        _check_imx500(proto, meta)
     else:
         lower_markers_to_qdq(proto)
         counts = optimize_for_integer_kernels(proto)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
+from hwquant.torch.imx500_forms import rewrite_for_imx500
 from hwquant.torch.quantizers import InferableQuantizer
 
 
@@ -54,8 +55,8 @@ class _MarkedQuantizer(nn.Module):
         return _MarkerFunction.apply(x, id(self.quantizer), self.spec_json)
 
 
-def _with_markers(model: nn.Module) -> nn.Module:
-    marked = copy.deepcopy(model).eval()
+def _with_markers(marked: nn.Module) -> nn.Module:
+    """`marked` (an export copy) with each quantizer replaced by its marker, in place."""
     for name in list(quantizers_of(marked)):
         parent_name, _, child = name.rpartition(".")
         parent = marked.get_submodule(parent_name) if parent_name else marked
@@ -69,11 +70,16 @@ def _input_names(model: nn.Module, n: int) -> List[str]:
     return names if len(names) == n else [f"input_{i}" for i in range(n)]
 
 
-def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int) -> onnx.ModelProto:
-    """The model as ONNX with marker nodes, batch dimension dynamic on every input and output."""
+def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
+            imx500_forms: bool = False) -> onnx.ModelProto:
+    """The model as ONNX with marker nodes, batch dimension dynamic on every input and output;
+    with `imx500_forms`, in the layouts the IMX500 converter accepts (``torch.imx500_forms``)."""
     with torch.no_grad():
         outputs = model(*example)
-    marked = _with_markers(model)
+    export_copy = copy.deepcopy(model).eval()
+    if imx500_forms:
+        rewrite_for_imx500(export_copy, example)
+    marked = _with_markers(export_copy)
     n_out = len(torch.utils._pytree.tree_leaves(outputs))
     inputs, out_names = _input_names(model, len(example)), [f"output_{i}" for i in range(n_out)]
     buffer = io.BytesIO()
