@@ -60,6 +60,20 @@ def test_capture_and_rebuild_many_constructs():
     assert _same(model(x, y), rebuilt(x, y))
 
 
+class HeadSlices(nn.Module):
+    """Slices whose bounds are computed from the input's size (multi-head attention written by hand)."""
+
+    def forward(self, x):
+        dh = x.shape[-1] // 4
+        return torch.cat([x[..., h * dh:(h + 1) * dh].softmax(-1) for h in range(4)], dim=-1)
+
+
+def test_slice_bounds_from_tensor_sizes_rebuild():
+    x = torch.randn(2, 5, 16)
+    graph = capture(HeadSlices(), [x])
+    assert _same(HeadSlices()(x), build_module(graph)(x))  # bounds were left as unresolved references
+
+
 def test_capture_does_not_modify_the_model():
     model = Everything().eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}

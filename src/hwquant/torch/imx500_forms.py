@@ -24,7 +24,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
-_MATMULS = (operator.matmul, torch.matmul)
+_MATMULS = (operator.matmul, torch.matmul, torch.ops.aten.matmul.default)  # fx capture, torch.export capture
 
 
 class _LinearOn4D(nn.Module):
