@@ -96,15 +96,16 @@ class HSwishSENet(nn.Module):
 class EncoderBlock(nn.Module):
     """Pre-norm transformer encoder block: multi-head softmax attention and a GELU MLP, on (N, T, D)."""
 
-    def __init__(self, dim: int, heads: int, mlp: int):
+    def __init__(self, dim: int, heads: int, mlp: int, tokens: int = 0):
         super().__init__()
-        self.heads = heads
+        self.heads, self.tokens, self.dim = heads, tokens, dim
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.fc1, self.act, self.fc2 = nn.Linear(dim, mlp), nn.GELU(), nn.Linear(mlp, dim)
 
     def forward(self, x):
-        n, t, d = x.shape
+        # sizes read from the input, or constants (tokens > 0) for tools that cannot trace x.shape
+        n, t, d = x.shape if not self.tokens else (-1, self.tokens, self.dim)
         dh = d // self.heads
         q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
         q, k, v = (z.reshape(n, t, self.heads, dh).transpose(1, 2) for z in (q, k, v))
@@ -116,10 +117,10 @@ class EncoderBlock(nn.Module):
 class TinyViT(nn.Module):
     """A small vision transformer: 4x4 patches embedded by a convolution, two encoder blocks, mean pooling."""
 
-    def __init__(self, classes: int = 10, dim: int = 64, heads: int = 4, depth: int = 2):
+    def __init__(self, classes: int = 10, dim: int = 64, heads: int = 4, depth: int = 2, static_tokens: int = 0):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, 4, 4)
-        self.blocks = nn.Sequential(*[EncoderBlock(dim, heads, 4 * dim) for _ in range(depth)])
+        self.blocks = nn.Sequential(*[EncoderBlock(dim, heads, 4 * dim, static_tokens) for _ in range(depth)])
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
 
     def forward(self, x):
@@ -128,11 +129,19 @@ class TinyViT(nn.Module):
         return self.head(x.mean(dim=1))
 
 
+class TinyViTStatic(TinyViT):
+    """TinyViT with its token count written as a constant (MCT 2.6.1 fails on sizes read from x.shape)."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__(classes, static_tokens=64)
+
+
 # name: (class, input shape without the batch)
 EDGE_NETS = {
     "concat_residual_net": (ConcatResidualNet, (3, 64, 64)),
     "hswish_se_net": (HSwishSENet, (3, 64, 64)),
     "tiny_vit": (TinyViT, (3, 32, 32)),
+    "tiny_vit_static": (TinyViTStatic, (3, 32, 32)),
 }
 
 

@@ -12,7 +12,8 @@ Variants (kept so later benchmarks can compare against MCT's other modes):
   w4       same, with every Conv2d/Linear kernel forced to 4 bits (BitWidthConfig), 8-bit activations
   mp       mixed precision: target weights memory = --weights-ratio x the 8-bit weights memory
   gptq     mct.gptq.pytorch_gradient_post_training_quantization, --gptq-epochs epochs
-Only the quantization call itself is timed.
+Only the quantization call itself is timed. --export PATH also writes the quantized model as MCT's
+default export (MCTQ ONNX), timed apart. Models also include the benchmarks/edge_nets.py networks.
 """
 from __future__ import annotations
 
@@ -53,9 +54,11 @@ def imx500_tpc_with_kernel_bits(bits: int):
 
 
 def build_model(name: str) -> torch.nn.Module:
-    from benchmarks import models
+    from benchmarks import edge_nets, models
     if name == "mobilenet_v2":
         return models.mobilenet_v2_pretrained()
+    if name in edge_nets.EDGE_NETS:
+        return edge_nets.build_edge_net(name)
     return models.load_cached_fashion_model(name)
 
 
@@ -74,6 +77,7 @@ def main(argv=None) -> None:
                     help="gptq: use_hessian_based_weights=False, use_hessian_sample_attention=False")
     ap.add_argument("--kernel-bits", type=int, default=None,
                     help="gptq: every Conv2d/Linear kernel at this many bits (BitWidthConfig); w4 implies 4")
+    ap.add_argument("--export", default=None, help="also export the quantized model (MCTQ ONNX) to this path")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
@@ -128,6 +132,14 @@ def main(argv=None) -> None:
         seconds = time.perf_counter() - t0
 
     qmodel.eval()
+    if args.export:
+        # MCT 2.6.1 was written for torch.onnx.export's TorchScript exporter, the default before torch
+        # 2.9; with torch 2.13's default (dynamo) its dynamic_axes call fails. Restore the old default.
+        import functools
+        torch.onnx.export = functools.partial(torch.onnx.export, dynamo=False)
+        t0 = time.perf_counter()
+        mct.exporter.pytorch_export_model(qmodel, args.export, rep_gen)
+        extra_info["export_seconds"] = time.perf_counter() - t0
 
     @torch.no_grad()
     def predict(x):

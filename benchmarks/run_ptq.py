@@ -88,9 +88,10 @@ def run_ours(model, data, batch, seed) -> dict:
 
 
 def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_ratio=0.75, gptq_epochs=5,
-            kernel_bits=None, timeout=None, gptq_hessian=True) -> dict:
+            kernel_bits=None, timeout=None, gptq_hessian=True, tpc_version="1.0", export=None) -> dict:
     """MCT 2.6.1 in its own venv (benchmarks/peer_mct.py) on the saved data: its result (tool, ptq_seconds,
-    eval_logits, ...) or {"error": ...}; its output goes to a log file under ``log_dir``."""
+    eval_logits, ...) or {"error": ...}; its output goes to a log file under ``log_dir``. ``export``: a path
+    MCT also writes its default export (MCTQ ONNX) to."""
     if not MCT_PY.exists():
         return {"skipped": "no .venv-mct (run benchmarks/setup_peers.sh)"}
     out = Path(tempfile.mkstemp(suffix=".pt", prefix="mct_out_")[1])
@@ -101,8 +102,9 @@ def run_mct(name, data_file, variant, log_dir, *, batch=32, seed=0, weights_rati
         cmd += ["--kernel-bits", str(kernel_bits)]
     if not gptq_hessian:
         cmd += ["--gptq-no-hessian"]
+    cmd += ["--tpc-version", tpc_version] + (["--export", str(export)] if export else [])
     log = log_dir / (f"mct_{name}_{variant}{'' if kernel_bits is None else f'_w{kernel_bits}'}"
-                     f"{'' if gptq_hessian else '_no_hessian'}.log")
+                     f"{'' if gptq_hessian else '_no_hessian'}{'' if tpc_version == '1.0' else f'_tpc{tpc_version}'}.log")
     try:
         with open(log, "w") as f:  # MCT is chatty (progress bars): keep its output in a log file
             proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout)

@@ -28,4 +28,9 @@ fi
 if ! "$VPY" -c "import PIL, numpy" 2>/dev/null; then
     "$VPY" -m pip install --quiet pillow numpy
 fi
+# MCT's ONNX export (the IMX500 converter benchmark converts its MCTQ files): torch.onnx.export,
+# called as MCT calls it, takes torch 2.13's default exporter, which needs onnxscript.
+if ! "$VPY" -c "import onnx, onnxscript" 2>/dev/null; then
+    "$VPY" -m pip install --quiet onnx onnxscript
+fi
 echo "peer environment ready: $VENV"
