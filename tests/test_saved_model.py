@@ -283,5 +283,96 @@ def test_tampered_graph_is_refused(two, tmp_path, edit, message):
 def test_allowlisted_function_names_resolve():
     from hwquant.torch.saved_model import _function_name, _resolve_function
     for fn in (torch.cat, torch.flatten, torch.nn.functional.relu, torch.nn.functional.linear, torch.Tensor.mean,
-               operator.add, operator.getitem, getattr, torch.ops.aten.add.Tensor, torch.ops.aten.relu):
+               operator.add, operator.getitem, getattr, torch.ops.aten.add.Tensor, torch.ops.aten.relu,
+               torch.fft.rfft, torch.stft, torch.einsum, torch.arange, torch.zeros, torch.special.erf):
         assert _resolve_function(_function_name(fn)) is fn
+
+
+# ----------------------------------------------------------------------------- process-wide state, imports
+F64 = {"$": "dtype", "name": "float64"}
+
+
+@pytest.mark.parametrize("name, args", [
+    ("torch.set_default_dtype", [F64]),
+    ("torch.set_default_tensor_type", ["this"]),          # imports a module named in its argument
+    ("torch.set_default_device", ["meta"]),
+    ("torch.manual_seed", [1]),
+    ("torch.set_num_threads", [1]),
+    ("torch.set_grad_enabled", [True]),
+    ("torch.use_deterministic_algorithms", [True]),
+    ("torch.set_printoptions", []),
+    ("torch.hub.load", ["a", "b"]),
+    ("importlib.import_module", ["this"]),
+    ("builtins.__import__", ["this"]),
+])
+def test_global_state_setters_and_imports_are_refused(cnn, tmp_path, name, args):
+    import sys
+    path = save_quantized_model(cnn, tmp_path / "m.pt")
+    dtype, threads, had_this = torch.get_default_dtype(), torch.get_num_threads(), "this" in sys.modules
+    with pytest.raises(SavedModelError, match=f"function '{name}' is not in the allowlist"):
+        load_quantized_model(_tampered(path, tmp_path, _set_function(name, args)))
+    assert torch.get_default_dtype() == dtype and torch.get_num_threads() == threads
+    assert ("this" in sys.modules) == had_this  # nothing was imported by name
+
+
+@pytest.mark.parametrize("name", ["torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel",
+                                  "torch.nn.utils.parametrize.ParametrizationList", "torch.nn.Module",
+                                  "torch.nn.modules.lazy.LazyModuleMixin"])
+def test_module_classes_outside_the_layer_list_are_refused(cnn, tmp_path, name):
+    path = save_quantized_model(cnn, tmp_path / "m.pt")
+    with pytest.raises(SavedModelError, match="not in the allowlist of layer classes"):
+        load_quantized_model(_tampered(path, tmp_path, _set_class(name)))
+
+
+def test_oversized_factory_is_refused(cnn, tmp_path):
+    path = save_quantized_model(cnn, tmp_path / "m.pt")
+    huge = {"$": "tuple", "items": [1 << 20, 1 << 20]}
+    with pytest.raises(SavedModelError, match="zeros of 1099511627776 elements"):
+        load_quantized_model(_tampered(path, tmp_path, _set_function("torch.zeros", [huge])))
+
+
+def _replace_tensor(key, value):
+    def edit(record):
+        assert key in record["tensors"]
+        record["tensors"][key] = value
+    return edit
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("conv.layer.weight", torch.zeros(8, 3, 5, 5), r"'weight' has shape \(8, 3, 5, 5\), but the layer's attributes"),
+    ("fc.layer.bias", torch.zeros(100000), r"'bias' has shape \(100000,\)"),
+])
+def test_tensors_of_the_wrong_shape_are_refused(cnn, tmp_path, key, value, message):
+    path = save_quantized_model(cnn, tmp_path / "m.pt")
+    with pytest.raises(SavedModelError, match=message):
+        load_quantized_model(_tampered(path, tmp_path, _replace_tensor(key, value)))
+
+
+def test_quantizer_channels_must_match_the_weight(cnn, tmp_path):
+    path = save_quantized_model(cnn, tmp_path / "m.pt")
+
+    def edit(record):
+        wrapper = next(s for n, s in record["modules"]["children"] if s["kind"] == "wrapper")
+        quantizer = next(s for n, s in wrapper["children"] if n == "weights_quantizers")["children"][0][1]
+        items = quantizer["params"]["items"]
+        for item in items:
+            if isinstance(item[1], list):
+                item[1] = item[1] * 3
+    with pytest.raises(SavedModelError, match="its parameters imply"):  # params and buffers disagree
+        load_quantized_model(_tampered(path, tmp_path, edit))
+
+    def edit_both(record):
+        edit(record)
+        for buffer in ("scale", "zero_point"):
+            key = f"conv.weights_quantizers.weight.{buffer}"
+            record["tensors"][key] = torch.cat([record["tensors"][key]] * 3)
+    with pytest.raises(SavedModelError, match="has 24 channels, the weight 8"):
+        load_quantized_model(_tampered(path, tmp_path, edit_both))
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5, 0.99])
+def test_truncated_file_is_refused(cnn, tmp_path, keep):
+    data = save_quantized_model(cnn, tmp_path / "m.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(SavedModelError, match="not a readable hwquant quantized-model file"):
+        load_quantized_model(tmp_path / "cut.pt")

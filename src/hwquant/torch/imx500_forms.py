@@ -35,7 +35,7 @@ class _LinearOn4D(nn.Module):
         self.wrapper = wrapper
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() in (2, 4):
+        if x.dim() in (1, 2, 4):
             return self.wrapper(x)
         if x.dim() == 3:
             return self.wrapper(x.unsqueeze(1)).squeeze(1)

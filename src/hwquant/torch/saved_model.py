@@ -17,35 +17,33 @@ Ellipsis, dtypes, devices, memory formats, layouts, torch.Size) are dicts tagged
 
 Safety argument: with ``weights_only=True`` torch.load builds nothing but those plain types and
 tensors. Everything executable is then named by a string and resolved, by walking attributes (nothing
-is imported), only inside an allowlist: module classes defined in ``torch.nn.*`` (made with
-``__new__``, so no constructor runs), the three hwquant quantizer classes (their constructors take the
-recorded plain values), and functions in torch, torch.nn.functional, torch.special/linalg/fft,
-torch.Tensor, torch.ops.aten, operator, math and the builtins getattr/len/int/float/slice. Private
-names, objects re-exported from outside torch (``torch.os``), and names that read or write files,
-compile code, return modules or call a callable they are handed (``_DENIED``) are refused; ``getattr``
-takes only a literal public torch.Tensor attribute name, so no chain of attribute reads leaves the
-tensor world. Names fx writes verbatim into the generated code (node, input and keyword names) must
-be identifiers, and module paths word characters.
+is imported), only inside the explicit allowlists of ``load_allowlist``: the listed torch.nn layer
+classes (made with ``__new__``, so no constructor runs), the three hwquant quantizer classes (their
+constructors take the recorded plain values), and pure tensor operations (torch's own list of tensor
+operations less hooks, storage and file access; bounded tensor factories; ATen operators; listed
+operator / math functions; getattr/len/int/float/slice). A process-wide setter such as
+``torch.set_default_dtype`` or anything that imports by name is not on any list. ``getattr`` takes
+only a literal public torch.Tensor attribute name, so no chain of attribute reads leaves the tensor
+world. Names fx writes verbatim into the generated code (node, input and keyword names) must be
+identifiers, and module paths word characters. Each layer's tensors must have the shapes its
+attributes imply, and each quantizer's parameters one value or one per channel.
 """
 from __future__ import annotations
 
 import functools
 import io
 import keyword
-import math
-import operator
 import re
-import types
 from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import fx, nn
 
 from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
+from hwquant.torch import load_allowlist as allowlist
 from hwquant.torch.metadata import attach_metadata, read_metadata
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
@@ -59,15 +57,6 @@ class SavedModelError(HwquantError, ValueError):
 
 _HINT = "export the model to ONNX or TorchScript instead"
 _INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping, rebuilt by nn.Module.__init__
-_OPS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
-_NAMESPACES = {"torch.nn.functional": F, "torch.special": torch.special, "torch.linalg": torch.linalg,
-               "torch.fft": torch.fft, "torch.Tensor": torch.Tensor, "torch": torch,
-               "operator": operator, "_operator": operator, "math": math}
-_BUILTINS = {f.__name__: f for f in (getattr, len, int, float, slice)}
-# Names that read or write files, compile code, return modules or call a callable they are handed.
-_DENIED = frozenset({"load", "save", "from_file", "compile", "get_device_module", "cond", "while_loop", "vmap",
-                     "handle_torch_function", "boolean_dispatch", "attrgetter", "methodcaller", "call", "apply_",
-                     "map_", "map2_", "register_hook", "register_post_accumulate_grad_hook"})
 _TORCH_VALUES = {"dtype": torch.dtype, "memory_format": torch.memory_format, "layout": torch.layout}
 _NAME = re.compile(r"[A-Za-z_]\w*\Z")
 _PATH = re.compile(r"\w+(\.\w+)*\Z")  # module paths may hold Sequential indices ("body.0")
@@ -81,68 +70,30 @@ def _identifier(name: Any, what: str) -> str:
 
 def _resolve_function(name: Any) -> Any:
     """The function recorded as `name`, looked up only inside the allowlist."""
-    refuse = SavedModelError(f"function {name!r:.80} is not in the allowlist (torch, torch.nn.functional, "
-                             "torch.Tensor methods, torch.ops.aten, operator, math, getattr/len/int/float/slice)")
-    if not isinstance(name, str):
-        raise refuse
-    if name.removeprefix("builtins.") in _BUILTINS:
-        return _BUILTINS[name.removeprefix("builtins.")]
-    if name.startswith("torch.ops.aten."):
-        parts = name.split(".")[3:]
-        if not (1 <= len(parts) <= 2 and all(_NAME.match(p) for p in parts) and parts[0] not in _DENIED):
-            raise refuse
-        obj = torch.ops.aten
-        for part in parts:
-            obj = getattr(obj, part, None)
-        if isinstance(obj, _OPS):
-            return obj
-        raise refuse
-    prefix, _, attr = name.rpartition(".")
-    ns = _NAMESPACES.get(prefix)
-    public = not attr.startswith("_") or name == "torch._assert"  # fx emits torch._assert for traced asserts
-    obj = getattr(ns, attr, None) if ns is not None and _NAME.match(attr) and attr not in _DENIED and public else None
-    home = str(getattr(obj, "__module__", None) or "torch")  # refuses re-exports from outside torch (torch.os...)
-    if callable(obj) and not isinstance(obj, (type, types.ModuleType)) \
-            and (not prefix.startswith("torch") or home.startswith("torch")):
-        return obj
-    raise refuse
+    fn = allowlist.resolve_function(name)
+    if fn is None:
+        raise SavedModelError(f"function {name!r:.80} is not in the allowlist of pure tensor operations (torch, "
+                              "torch.nn.functional and torch.Tensor tensor operations, tensor factories, "
+                              "torch.ops.aten, operator, math, getattr/len/int/float/slice)")
+    return fn
 
 
 def _function_name(fn: Any) -> str:
-    if isinstance(fn, _OPS):
-        name = f"torch.ops.{fn}"
-    elif any(fn is f for f in _BUILTINS.values()):
-        name = f"builtins.{fn.__name__}"
-    else:
-        short = getattr(fn, "__name__", None)
-        name = next((f"{p}.{short}" for p, ns in _NAMESPACES.items() if short and getattr(ns, short, None) is fn), None)
-    try:  # record only what the loader will resolve back to the very same function
-        if name is not None and _resolve_function(name) is fn:
-            return name
-    except SavedModelError:
-        pass
-    raise ValueError(f"the model calls {fn!r}, which is outside the allowlist of loadable functions; {_HINT}")
-
-
-def _tensor_attr(name: Any) -> bool:
-    return isinstance(name, str) and bool(_NAME.match(name)) and not name.startswith("_") \
-        and name not in _DENIED and hasattr(torch.Tensor, name)
+    name = allowlist.function_name(fn)
+    if name is None:
+        raise ValueError(f"the model calls {fn!r}, which is outside the allowlist of loadable functions; {_HINT}")
+    return name
 
 
 def _resolve_class(name: Any, strict: bool = True) -> Optional[type]:
-    parts = name.split(".") if isinstance(name, str) else []
-    obj: Any = None
-    if parts[:2] == ["torch", "nn"] and all(_NAME.match(p) and not p.startswith("_") for p in parts):
-        obj = torch
-        for part in parts[1:]:
-            obj = getattr(obj, part, None)
-    if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__.startswith("torch.nn.") \
-            and _class_name(obj) == name:
+    short = name.rpartition(".")[2] if isinstance(name, str) else None
+    obj = getattr(nn, short, None) if short in allowlist.LAYER_CLASSES else None
+    if isinstance(obj, type) and issubclass(obj, nn.Module) and _class_name(obj) == name:
         return obj
     if not strict:
         return None
-    raise SavedModelError(f"module class {name!r:.80} is not in the allowlist (classes defined in torch.nn "
-                          "and hwquant's quantizer modules)")
+    raise SavedModelError(f"module class {name!r:.80} is not in the allowlist of layer classes (the standard "
+                          "torch.nn layers and hwquant's quantizer modules)")
 
 
 def _class_name(cls: type) -> str:
@@ -241,7 +192,12 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
     elif kind == "holder":
         m = PytorchActivationQuantizationHolder(children["activation_holder_quantizer"])
     elif kind == "wrapper":
-        m = PytorchQuantizationWrapper(children["layer"], dict(children["weights_quantizers"].items()))
+        quantizers = dict(children["weights_quantizers"].items())
+        try:
+            allowlist.check_weight_quantizers(children["layer"], quantizers, f"module '{path[:-1]}'")
+        except ValueError as e:
+            raise SavedModelError(str(e)) from None
+        m = PytorchQuantizationWrapper(children["layer"], quantizers)
     elif kind in ("torch", "root"):
         cls = nn.Module if kind == "root" else _resolve_class(spec["class"])
         m = cls.__new__(cls)  # no constructor runs: the state comes from the record alone
@@ -258,8 +214,17 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
         m.register_parameter(name, None if info is None else
                              nn.Parameter(tensors[path + name], requires_grad=bool(info["requires_grad"])))
     for name, info in spec["buffers"].items():
+        made = m._buffers.get(name)  # a quantizer's constructor made its buffers from the recorded params
+        if kind == "quantizer" and made is not None and info is not None and tensors[path + name].shape != made.shape:
+            raise SavedModelError(f"module '{path[:-1]}': buffer '{name}' has shape "
+                                  f"{tuple(tensors[path + name].shape)}, its parameters imply {tuple(made.shape)}")
         m.register_buffer(name, None if info is None else tensors[path + name],
                           persistent=True if info is None else bool(info["persistent"]))
+    if kind == "torch":
+        try:
+            allowlist.check_layer_tensors(m, f"module '{path[:-1]}' ({type(m).__name__})")
+        except ValueError as e:
+            raise SavedModelError(str(e)) from None
     return m
 
 
@@ -332,14 +297,20 @@ def _rebuild_graph(records: Any, root: nn.Module) -> fx.Graph:
             raise SavedModelError(f"node '{name}' has malformed arguments")
         for key in kwargs:  # fx writes keyword names verbatim into the generated code
             _identifier(key, "keyword argument")
+        if op in ("call_function", "call_method"):
+            try:
+                allowlist.check_factory_sizes(target if op == "call_method" else _resolve_function(target), args, kwargs)
+            except ValueError as e:
+                raise SavedModelError(f"node '{name}': {e}") from None
         if op == "call_function":
             target = _resolve_function(target)
-            if target is getattr and not (len(args) == 2 and _tensor_attr(args[1])):
+            if target is getattr and not (len(args) == 2 and allowlist.tensor_attribute(args[1])):
                 raise SavedModelError(f"node '{name}': getattr is allowed only with a literal public torch.Tensor "
                                       f"attribute name, not {args[1:]!r:.80}")
         elif op == "call_method":
-            if not _tensor_attr(target):
-                raise SavedModelError(f"method {target!r:.80} is not a public torch.Tensor method")
+            if not allowlist.tensor_method(target):
+                raise SavedModelError(f"method {target!r:.80} is not a public torch.Tensor method in the allowlist "
+                                      "of pure tensor operations")
         elif op == "placeholder":
             _identifier(target.lstrip("*") if isinstance(target, str) else target, "input name")
         elif op in ("get_attr", "call_module"):
