@@ -251,10 +251,20 @@ def test_a_diverged_model_is_refused_and_left_as_it_was(setup):
     with torch.no_grad():
         qat.fc.weights_quantizers["weight"].threshold[0] = float("nan")
     before = pickle.dumps({k: v.clone() for k, v in qat.state_dict().items()})
-    with pytest.raises(InvalidConfigError, match="cannot convert the quantizer of 'fc'.*diverge"):
+    with pytest.raises(InvalidConfigError, match="training diverged.*in fc.weights_quantizers.weight"):
         QAT_FINALIZE(qat)
     assert sum(isinstance(m, BasePytorchTrainableQuantizer) for m in qat.modules()) >= 7  # nothing swapped
     after = qat.state_dict()
     assert all(torch.equal(v, after[k]) or torch.isnan(v).any() for k, v in pickle.loads(before).items())
     assert isinstance(qat.x_activation_holder.activation_holder_quantizer, BasePytorchTrainableQuantizer)
     assert not isinstance(qat.x_activation_holder.activation_holder_quantizer, InferableQuantizer)
+
+
+def test_nan_weights_are_refused_naming_the_layers(setup):
+    qat, _ = init(setup)
+    with torch.no_grad():
+        qat.fc.layer.weight[0, 0] = float("nan")
+        qat.fc.layer.bias[1] = float("inf")
+    with pytest.raises(InvalidConfigError, match=r"training diverged: 2 tensors .* in fc.layer; the model is left"):
+        QAT_FINALIZE(qat)
+    assert any(isinstance(m, BasePytorchTrainableQuantizer) for m in qat.modules())

@@ -136,6 +136,14 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
         raise InvalidConfigError("the model has no trainable quantizers: pass the model returned by "
                                  "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
     names = {id(m): n for n, m in model.named_modules()}
+    diverged = [name for name, t in list(model.named_parameters()) + list(model.named_buffers())
+                if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if diverged:  # a NaN weight makes every output NaN: say so instead of returning that model
+        layers = sorted({n.rsplit(".", 1)[0] for n in diverged})
+        raise InvalidConfigError(f"training diverged: {len(diverged)} tensors hold NaN or infinite values, in "
+                                 f"{', '.join(layers[:8])}{' and more' if len(layers) > 8 else ''}; the model is "
+                                 "left as it is. Train again with a lower learning rate (or gradient clipping) "
+                                 "from the QAT init model")
     converted: List[Tuple[nn.Module, BasePytorchTrainableQuantizer, nn.Module]] = []
     for owner, q in found:
         try:
