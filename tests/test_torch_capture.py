@@ -109,6 +109,26 @@ def test_torch_export_fallback_keeps_layers():
     assert torch.allclose(build_module(graph)(x), model(x), atol=1e-6)
 
 
+class DeadLayer(nn.Module):
+    """A layer computed and never read, in a model only torch.export captures."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.unused, self.fc = nn.Conv2d(3, 8, 3), nn.Conv2d(3, 4, 1), nn.Linear(8, 2)
+
+    def forward(self, x):
+        self.unused(x)  # dead code: torch.export records it, dead-code elimination drops it
+        y = torch.stack([z for z in self.conv(x).unbind(1)], 1)  # iterating a Proxy stops torch.fx
+        return self.fc(y.mean((2, 3)))
+
+
+def test_torch_export_fallback_with_a_dead_layer():
+    model, x = DeadLayer().eval(), torch.randn(2, 3, 8, 8)
+    graph = capture(model, [x])
+    assert {n.module_path for n in graph if n.kind == NodeKind.MODULE} == {"conv", "fc"}
+    assert torch.allclose(build_module(graph)(x), model(x), atol=1e-6)
+
+
 class ValueBranch(nn.Module):
     def forward(self, x):
         if x.sum() > 0:

@@ -113,7 +113,8 @@ def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.T
         if node.op == "call_function" and node.name in graph:
             graph.node(node.name).framework_attr.update(_schema_attrs(node))
     for node_name, path in paths.items():
-        graph.node(node_name).module_path = path
+        if node_name in graph:  # a layer whose output nothing reads was eliminated as dead code
+            graph.node(node_name).module_path = path
     # The exported graph returns a flat tuple; restore the model's own output structure.
     graph.outputs = tree_unflatten(list(graph.output_names()), exported.call_spec.out_spec)
     return graph
