@@ -22,9 +22,10 @@ def _make_candidate(node: Node, op: OpQuantizationConfig, core_config: CoreConfi
                     adapter: FrameworkAdapter) -> NodeQuantizationConfig:
     qc = core_config.quantization_config
     activation = ActivationQuantizationConfig.from_tpc(op, qc)
-    if node.kind == NodeKind.CONSTANT or not isinstance(node.output_shape, tuple):
+    if node.kind == NodeKind.CONSTANT or not isinstance(node.output_shape, tuple) or not node.float_output:
         # Constants stay float (simplification); a non-tensor output (a size, a tuple taken apart by
-        # getitem nodes, which are quantized themselves) has nothing to quantize.
+        # getitem nodes, which are quantized themselves) has nothing to quantize, nor has an integer
+        # or boolean tensor (token ids, attention masks, indices: quantizing them breaks their readers).
         activation.enable_activation_quantization = False
     axes = adapter.kernel_axes(node)
     kernel = adapter.kernel_attr(node)

@@ -48,6 +48,8 @@ class Node:
     call_args: tuple = ()
     call_kwargs: Dict[str, Any] = field(default_factory=dict)
     output_shape: Any = None          # tuple of ints for a tensor output, list of those for a tuple output
+    # False for an integer or boolean tensor output (token ids, masks, indices): never quantized.
+    float_output: bool = True
     module_path: str = ""             # where it came from in the user's model (for messages, scope filters)
     # Quantization, filled by the pipeline.
     opset: Optional[str] = None       # the TPC operator set it belongs to (None: TPC defaults)

@@ -115,6 +115,9 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
                                   args, kwargs, shape, _scope(n)))
         elif n.op == "output":
             outputs = _output_structure(n.args[0], names)
+        if n.op != "output":
+            dtype = getattr(n.meta.get("tensor_meta"), "dtype", None)
+            nodes[-1].float_output = dtype is None or dtype.is_floating_point or dtype.is_complex
     return Graph(nodes, outputs, name=name)
 
 
