@@ -156,3 +156,46 @@ def test_uncapturable_model_error_names_module_and_construct():
 def test_model_that_fails_on_the_inputs():
     with pytest.raises(CaptureError, match="failed to run on the representative inputs"):
         capture(nn.Linear(4, 2), [torch.randn(2, 3)])
+
+
+class FunctionalNet(nn.Module):
+    """Layers written with torch.nn.functional on the model's own parameters; `computed` adds a
+    convolution whose kernel is computed (stays a float product); `branch` stops torch.fx."""
+
+    def __init__(self, computed=False, branch=False):
+        super().__init__()
+        self.computed, self.branch = computed, branch
+        self.w1, self.b1 = nn.Parameter(torch.randn(8, 3, 3, 3) * 0.3), nn.Parameter(torch.randn(8) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(8, 1, 3, 3) * 0.3)
+        self.w3, self.b3 = nn.Parameter(torch.randn(5, 8) * 0.3), nn.Parameter(torch.zeros(5))
+
+    def forward(self, x):
+        x = F.relu(F.conv2d(x, self.w1, self.b1, padding=1))
+        if self.branch and x.shape[-1] > 4:  # shape control flow: only torch.export captures it
+            x = x * 1.0
+        x = F.relu(F.conv2d(x, self.w2, None, stride=2, padding=1, groups=8))
+        if self.computed:
+            x = F.conv2d(x, self.w2 * 0.5, padding=1, groups=8)
+        return F.linear(x.mean((2, 3)), self.w3, self.b3)
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["fx", "torch.export"])
+def test_functional_layers_on_parameters_are_quantized_as_layers(branch):
+    import hwquant as mct
+    from hwquant.torch.quantizers import PytorchQuantizationWrapper
+    torch.manual_seed(0)
+    model = FunctionalNet(computed=True, branch=branch).eval()
+    graph = capture(model, [torch.randn(2, 3, 16, 16)])
+    layers = [n.type for n in graph if n.kind == NodeKind.MODULE]
+    assert layers.count(nn.Conv2d) == 2 and layers.count(nn.Linear) == 1  # the computed kernel stays a function
+    data = [[torch.randn(8, 3, 16, 16)] for _ in range(3)]
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(data))
+    wrapped = [m for m in q.modules() if isinstance(m, PytorchQuantizationWrapper)]
+    assert len(wrapped) == 3
+    for w in wrapped:  # the kernels the model computes with are on an 8-bit grid
+        kernel = w.quantized_weights()["weight"].detach()
+        assert all(len(torch.unique(kernel[c])) <= 256 for c in range(kernel.shape[0]))
+        assert not torch.equal(kernel, w.layer.weight)
+    x = torch.randn(4, 3, 16, 16)
+    f, o = model(x), q(x)
+    assert 10 * torch.log10(f.pow(2).mean() / (f - o).pow(2).mean()) > 25

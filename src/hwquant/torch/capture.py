@@ -18,6 +18,7 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.core.graph import Graph, InputRef, Node, NodeKind
+from hwquant.torch.functional_layers import functional_calls_to_layers
 from hwquant.errors import HwquantError
 
 
@@ -185,6 +186,7 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
                 + "\nWhat to do: replace Python control flow on tensor values (if/for/while on a tensor) with "
                   "tensor operations (torch.where, masking), or move it outside the model's forward; "
                   "shape-dependent control flow is fine for torch.export.") from export_error
+    functional_calls_to_layers(gm)
     try:
         with torch.no_grad():  # shapes from a couple of samples: the traced graph does not depend on the batch size
             ShapeProp(gm).propagate(*[x[:2] if isinstance(x, torch.Tensor) and x.dim() > 0 else x

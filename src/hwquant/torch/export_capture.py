@@ -18,6 +18,7 @@ from torch.utils._pytree import tree_unflatten
 
 from hwquant.core.graph import Graph
 from hwquant.torch.capture import graph_from_fx
+from hwquant.torch.functional_layers import functional_calls_to_layers
 
 
 def _leaf_layer(node: fx.Node, model: torch.nn.Module) -> Optional[Tuple[str, torch.nn.Module]]:
@@ -104,6 +105,7 @@ def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.T
         new_name = _collapse_group(gm, path, layer, nodes)
         if new_name:
             paths[new_name] = path
+    functional_calls_to_layers(gm)  # what remains: functional calls on the model's own parameters
     gm.graph.eliminate_dead_code()
     gm.recompile()
     with torch.no_grad():
