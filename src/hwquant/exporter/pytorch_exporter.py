@@ -93,6 +93,14 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     path = _check_path(save_model_path, (".onnx",) if onnx_out else (".pt", ".pth", ".torchscript"))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     example = [t[:1] for t in RepresentativeData(repr_dataset, device=device).first_batch()]
+    try:  # the tracers below fail deep inside torch on data the model cannot take
+        with torch.no_grad():
+            model(*example)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"the model fails on the first batch of repr_dataset (shapes "
+                          f"{[tuple(t.shape) for t in example]}, dtypes {[str(t.dtype) for t in example]}): "
+                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; give batches shaped "
+                          "like the representative data the model was quantized with") from e
     meta = _metadata(model, quantization, serialization)
     if onnx_out:
         data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta)
@@ -100,7 +108,10 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
         from hwquant.torch.export_model import to_torchscript
 
         data = to_torchscript(model, example, {METADATA_FILE: json.dumps(meta, sort_keys=True)})
-    atomic_write(path, data)
+    try:
+        atomic_write(path, data)
+    except OSError as e:  # a read-only folder or file system, a full disk: nothing was left behind
+        raise ExportError(f"cannot write '{path}': {e.strerror or e}; choose a writable folder") from e
     log.info("exported %s (%s, %s) to %s: %.1f KiB", type(model).__name__, serialization.name, quantization.name,
              path, len(data) / 1024)
     return path

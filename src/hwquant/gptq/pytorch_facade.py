@@ -14,7 +14,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.pytorch_runner import gptq_train, training_samples
 from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
-from hwquant.torch.data import RepresentativeData
+from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")
@@ -62,7 +62,10 @@ def pytorch_gradient_post_training_quantization(
     else:
         data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
                                   n_inputs=session.data.n_inputs, device=adapter.device)
-        samples, batch_size = training_samples(list(data))
+        batches = list(data)
+        check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],
+                                "gptq_representative_data_gen")
+        samples, batch_size = training_samples(batches)
         info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size,
                                analytic_correction=lambda graph, kernels: _analytic_correction(state, graph, kernels))
         state.graph, state.float_graph = state.float_graph, None

@@ -165,12 +165,60 @@ def _failure_site(exc: BaseException) -> Tuple[str, str]:
     return site, line
 
 
+def _defaulted_arguments(model: torch.nn.Module, n_given: int) -> Dict[str, Any]:
+    """forward's parameters beyond the `n_given` positional inputs, at their defaults (traced as
+    constants); a parameter with no default that the data cannot fill is refused by name."""
+    concrete: Dict[str, Any] = {}
+    params = [p for p in inspect.signature(model.forward).parameters.values()
+              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    for i, p in enumerate(params):
+        positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        if positional and i < n_given:
+            continue
+        if p.default is inspect.Parameter.empty:
+            raise CaptureError(
+                f"{type(model).__name__}.forward takes {'keyword-only ' if not positional else ''}argument "
+                f"'{p.name}' with no default, which representative batches (one tensor per positional input) "
+                f"cannot give: give it a default, or wrap the model in a module whose forward takes only tensors")
+        concrete[p.name] = p.default
+    return concrete
+
+
+def _drop_specialised_inputs(gm: fx.GraphModule, n_given: int) -> None:
+    """Remove the placeholders fx keeps for arguments traced at their defaults, with the checks it
+    adds on them (the graph's inputs are then exactly the representative batch's tensors)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for p in placeholders[n_given:]:
+        doomed, todo = {p}, [p]
+        while todo:
+            for user in todo.pop().users:
+                if user not in doomed:
+                    doomed.add(user)
+                    todo.append(user)
+        if any(d.op == "output" for d in doomed):
+            continue
+        for node in reversed([n for n in gm.graph.nodes if n in doomed]):
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
+def _run_failure_hint(example_inputs: Sequence[Any]) -> str:
+    for k, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
+            return (f"\nInput {k} is {x.dtype}: if it is an image, a signal or features, give float32 tensors "
+                    "(e.g. x.float() / 255); integer inputs are for token ids and indices")
+    return ""
+
+
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Graph:
     """The core graph of `model` (not modified: a copy is traced), with shapes from `example_inputs`."""
     model = copy.deepcopy(model).eval()
     name = type(model).__name__
+    concrete = _defaulted_arguments(model, len(example_inputs))
     try:
-        gm = fx.symbolic_trace(model)
+        gm = fx.symbolic_trace(model, concrete_args=concrete or None)
+        if concrete:
+            _drop_specialised_inputs(gm, len(example_inputs))
     except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallback
         from hwquant.torch.export_capture import capture_with_export
         site, line = _failure_site(fx_error)
@@ -192,6 +240,10 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
             ShapeProp(gm).propagate(*[x[:2] if isinstance(x, torch.Tensor) and x.dim() > 0 else x
                                       for x in example_inputs])
     except Exception as e:  # noqa: BLE001
+        cause = e.__cause__ or e  # ShapeProp wraps the model's own error in a long node dump
         raise CaptureError(f"{name} failed to run on the representative inputs (shapes "
-                           f"{[tuple(x.shape) for x in example_inputs]}): {type(e).__name__}: {e}") from e
+                           f"{[tuple(x.shape) for x in example_inputs]}, dtypes "
+                           f"{[str(x.dtype).removeprefix('torch.') for x in example_inputs]}): "
+                           f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+                           + _run_failure_hint(example_inputs)) from e
     return graph_from_fx(gm, name)

@@ -15,9 +15,15 @@ class RepresentativeDataError(HwquantError, ValueError):
     """The representative dataset is empty, malformed or holds non-finite values."""
 
 
+# A pass over the data stops here: a generator that never ends (an endless DataLoader cycle) would
+# otherwise hang calibration. A few hundred samples are enough for PTQ.
+MAX_BATCHES_PER_PASS = 1024
+
+
 class RepresentativeData:
     """Wraps `representative_data_gen` (a zero-argument callable returning an iterator of lists of
-    tensors, one per model input). Each pass calls it again; every batch is validated."""
+    tensors, one per model input). Each pass calls it again; every batch is validated; a pass reads
+    at most `max_batches` batches (warning once when a generator has more)."""
 
     def __init__(self, data_gen: Callable[[], Any], n_inputs: Optional[int] = None, device: Any = None,
                  max_batches: Optional[int] = None):
@@ -28,9 +34,11 @@ class RepresentativeData:
         self.data_gen = data_gen
         self.n_inputs = n_inputs
         self.device = device
-        self.max_batches = max_batches
+        self.max_batches = max_batches or MAX_BATCHES_PER_PASS
         self._shapes: Optional[List[Tuple[int, ...]]] = None
         self._warned_batch_one = False
+        self._warned_cut = False
+        self._last_iterator: Any = None
 
     def first_batch(self) -> List[torch.Tensor]:
         for batch in self:
@@ -42,9 +50,20 @@ class RepresentativeData:
             iterator = iter(self.data_gen())
         except TypeError as e:
             raise RepresentativeDataError(f"representative_data_gen() must return an iterator (use `yield`): {e}") from e
+        if iterator is self._last_iterator:  # its batches were (partly) read by the previous pass
+            raise RepresentativeDataError(
+                "representative_data_gen returned the same iterator as on its previous call: each call must return "
+                "a fresh iterator (write it as a generator function with `yield`, or return iter(list_of_batches) / "
+                "iter(data_loader) inside it)")
+        self._last_iterator = iterator
         count = 0
         for i, batch in enumerate(iterator):
-            if self.max_batches is not None and i >= self.max_batches:
+            if i >= self.max_batches:
+                if not self._warned_cut:
+                    warnings.warn(f"representative_data_gen yielded more than {self.max_batches} batches (never "
+                                  f"ending?): each pass uses the first {self.max_batches}; a few hundred samples "
+                                  "are enough; make the generator finite to silence this", stacklevel=3)
+                    self._warned_cut = True
                 break
             yield self._check(batch, i)
             count += 1
@@ -82,3 +101,13 @@ class RepresentativeData:
         if self.device is not None:
             tensors = [t.to(self.device) for t in tensors]
         return [t.float() if t.is_floating_point() else t for t in tensors]
+
+
+def check_same_input_shapes(batch: List[torch.Tensor], expected: List[Any], what: str) -> None:
+    """Refuse a batch whose inputs differ, beyond the batch dimension, from the captured input shapes
+    `expected` (one shape per input, the batch first)."""
+    for k, (t, shape) in enumerate(zip(batch, expected)):
+        if isinstance(shape, tuple) and tuple(t.shape[1:]) != tuple(shape[1:]):
+            raise RepresentativeDataError(
+                f"{what}: input {k} has shape {tuple(t.shape[1:])} (without the batch dimension) where the model "
+                f"was quantized with {tuple(shape[1:])}; give batches shaped like the representative data")

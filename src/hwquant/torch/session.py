@@ -29,12 +29,26 @@ class PytorchSession:
         return self.state.graph
 
 
+def check_model_tensors(model: torch.nn.Module) -> None:
+    """A model on the meta device, or with half / double precision weights, is refused up front (torch
+    would fail deep inside capture or calibration)."""
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_meta:
+            raise InvalidConfigError(f"the model's tensor '{name}' is on the meta device (not materialised): load its "
+                                     "weights first, e.g. model.to_empty(device='cpu') then model.load_state_dict(...)")
+        if t.is_floating_point() and t.dtype != torch.float32:
+            raise InvalidConfigError(f"the model's tensor '{name}' is {str(t.dtype).removeprefix('torch.')}: hwquant "
+                                     "quantizes float32 models (the quantized model simulates integer arithmetic in "
+                                     "float32); pass model.float() (representative data may stay float16)")
+
+
 def start_session(in_module: Any, representative_data_gen: Callable[[], Any], core_config: Any,
                   target_platform_capabilities: Any) -> PytorchSession:
     if not isinstance(in_module, torch.nn.Module):
         raise TypeError(f"the model must be a torch.nn.Module, got {type(in_module).__name__}")
     if not isinstance(core_config, CoreConfig):
         raise InvalidConfigError(f"core_config must be a CoreConfig, got {type(core_config).__name__}")
+    check_model_tensors(in_module)
     tpc = load_target_platform_capabilities(target_platform_capabilities)
     if in_module.training:
         warnings.warn("the model is in training mode: quantizing its eval-mode behaviour (batch-norm running "

@@ -1,0 +1,122 @@
+"""Inputs torch would fail on deep inside get a clear error (what is wrong, how to fix it) before
+anything runs: representative data of the wrong dtype or shape, models in half precision or on the
+meta device, forward signatures the data cannot fill, endless or reused generators, unwritable
+export targets."""
+import errno
+
+import pytest
+import torch
+from torch import nn
+
+import hwquant as mct
+from hwquant.errors import ExportError, InvalidConfigError
+from hwquant.torch import data as data_module
+from hwquant.torch.capture import CaptureError
+from hwquant.torch.data import RepresentativeDataError
+
+PTQ = mct.ptq.pytorch_post_training_quantization
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 4, 3), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean((2, 3)))
+
+
+class Defaults(Net):
+    def forward(self, x, mask=None, *, scale=1.0):
+        y = super().forward(x) * scale
+        return y if mask is None else y * mask
+
+
+class KeywordOnly(Net):
+    def forward(self, x, *, scale):
+        return super().forward(x) * scale
+
+
+def gen(n=3, shape=(4, 3, 8, 8), dtype=torch.float32):
+    batches = [[torch.randn(*shape).to(dtype)] for _ in range(n)]
+    return lambda: iter(batches)
+
+
+def test_integer_image_data_says_to_give_floats():
+    data = [[torch.randint(0, 255, (4, 3, 8, 8))]]
+    with pytest.raises(CaptureError, match=r"(?s)dtypes \['int64'\].*Input 0 is torch.int64.*x.float\(\) / 255"):
+        PTQ(Net().eval(), lambda: iter(data))
+
+
+def test_half_precision_data_is_read_as_float32():
+    q, _ = PTQ(Net().eval(), gen(dtype=torch.float16))
+    assert q(torch.randn(2, 3, 8, 8)).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_models_not_in_float32_are_refused(dtype):
+    with pytest.raises(InvalidConfigError, match=f"'conv.weight' is {str(dtype)[6:]}.*model.float()"):
+        PTQ(Net().to(dtype).eval(), gen())
+
+
+def test_a_model_on_the_meta_device_is_refused():
+    with pytest.raises(InvalidConfigError, match="meta device.*to_empty"):
+        PTQ(Net().to("meta"), gen())
+
+
+def test_defaulted_and_keyword_arguments_take_their_defaults():
+    model = Defaults().eval()
+    q, _ = PTQ(model, gen())
+    x = torch.randn(2, 3, 8, 8)
+    assert len([n for n in q.graph.nodes if n.op == "placeholder"]) == 1
+    assert torch.allclose(q(x), model(x), atol=0.1)
+
+
+def test_a_keyword_only_argument_without_default_is_named():
+    with pytest.raises(CaptureError, match="keyword-only argument 'scale' with no default"):
+        PTQ(KeywordOnly().eval(), gen())
+
+
+def test_an_endless_generator_is_bounded(monkeypatch):
+    monkeypatch.setattr(data_module, "MAX_BATCHES_PER_PASS", 4)
+
+    def endless():
+        while True:
+            yield [torch.randn(4, 3, 8, 8)]
+    with pytest.warns(UserWarning, match="more than 4 batches"):
+        q, _ = PTQ(Net().eval(), endless)
+    assert q(torch.randn(1, 3, 8, 8)).shape == (1, 2)
+
+
+def test_a_reused_iterator_is_named():
+    batches = iter([[torch.randn(4, 3, 8, 8)] for _ in range(3)])
+    with pytest.raises(RepresentativeDataError, match="same iterator.*fresh iterator"):
+        PTQ(Net().eval(), lambda: batches)
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    return PTQ(Net().eval(), gen())[0]
+
+
+def test_export_data_with_the_wrong_channels(quantized, tmp_path):
+    with pytest.raises(ExportError, match=r"fails on the first batch of repr_dataset \(shapes \[\(1, 5, 8, 8\)\]"):
+        mct.exporter.pytorch_export_model(quantized, tmp_path / "m.onnx", gen(shape=(4, 5, 8, 8)))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_into_a_read_only_folder(quantized, tmp_path, monkeypatch):
+    from hwquant.exporter import pytorch_exporter
+
+    def read_only(path, data):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+    monkeypatch.setattr(pytorch_exporter, "atomic_write", read_only)
+    with pytest.raises(ExportError, match="cannot write .*Read-only file system; choose a writable folder"):
+        mct.exporter.pytorch_export_model(quantized, tmp_path / "m.onnx", gen())
+
+
+def test_gptq_data_with_the_wrong_channels():
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=1)
+    with pytest.raises(RepresentativeDataError, match="gptq_representative_data_gen: input 0 has shape"):
+        mct.gptq.pytorch_gradient_post_training_quantization(Net().eval(), gen(), gptq_config=cfg,
+                                                             gptq_representative_data_gen=gen(shape=(4, 5, 8, 8)))
