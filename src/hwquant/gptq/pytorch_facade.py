@@ -63,8 +63,9 @@ def pytorch_gradient_post_training_quantization(
         data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
                                   n_inputs=session.data.n_inputs, device=adapter.device)
         batches = list(data)
-        check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],
-                                "gptq_representative_data_gen")
+        if session.data.uniform_shapes:  # calibrated on one size: GPTQ data of another size is a mistake
+            check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],
+                                    "gptq_representative_data_gen")
         samples, batch_size = training_samples(batches)
         info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size,
                                analytic_correction=lambda graph, kernels: _analytic_correction(state, graph, kernels))

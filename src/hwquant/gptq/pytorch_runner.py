@@ -337,6 +337,11 @@ def training_samples(batches: List[List[torch.Tensor]]) -> tuple:
     """(one tensor per input holding every sample, the batch size of the data)."""
     if not batches:
         raise InvalidConfigError("the GPTQ representative data yielded no batch")
+    sizes = {tuple(tuple(t.shape[1:]) for t in b) for b in batches}
+    if len(sizes) > 1:
+        raise InvalidConfigError(f"GPTQ trains on shuffled samples of one size, but its data has batches of "
+                                 f"{len(sizes)} sizes ({sorted(sizes)[:3]}...): give gptq_representative_data_gen "
+                                 "batches of one size (resize or crop); the calibration data may keep its sizes")
     samples = [torch.cat([b[k] for b in batches]) for k in range(len(batches[0]))]
     return samples, len(batches[0][0])
 

@@ -38,6 +38,7 @@ class RepresentativeData:
         self._shapes: Optional[List[Tuple[int, ...]]] = None
         self._warned_batch_one = False
         self._warned_cut = False
+        self.uniform_shapes = True  # every batch so far had the first batch's sizes
         self._last_iterator: Any = None
 
     def first_batch(self) -> List[torch.Tensor]:
@@ -84,12 +85,15 @@ class RepresentativeData:
         if self.n_inputs is not None and len(tensors) != self.n_inputs:
             raise RepresentativeDataError(f"batch {index} has {len(tensors)} input(s) but the model takes "
                                           f"{self.n_inputs}; yield a list with one tensor per model input")
-        shapes = [tuple(t.shape[1:]) for t in tensors]
+        ranks = [t.dim() for t in tensors]
         if self._shapes is None:
-            self._shapes = shapes
-        elif shapes != self._shapes:
-            raise RepresentativeDataError(f"batch {index} has input shapes {shapes} (without the batch dimension) but "
-                                          f"the first batch had {self._shapes}; all batches must have the same shapes")
+            self._shapes = [tuple(t.shape[1:]) for t in tensors]
+        elif [tuple(t.shape[1:]) for t in tensors] != self._shapes:
+            self.uniform_shapes = False
+        if ranks != [len(s) + 1 for s in self._shapes]:
+            raise RepresentativeDataError(f"batch {index} has inputs of {ranks} dimensions but the first batch had "
+                                          f"{[len(s) + 1 for s in self._shapes]}; sizes may vary between batches "
+                                          "(image pyramids, sequence lengths), the number of dimensions may not")
         for k, t in enumerate(tensors):
             if t.is_floating_point() and not torch.isfinite(t).all():
                 raise RepresentativeDataError(f"input {k} of batch {index} contains NaN or inf values; clean or "
