@@ -174,7 +174,9 @@ def main(argv=None) -> None:
             "run head by head as quantized 3-D products, and GELU is exported at opset 20 as one Gelu operator "
             "(below opset 20 torch writes Erf, which the chip lacks). Each form computes the simulated model's "
             "function. The edge-mdt-tpc TPC versions are not in the table: hwquant does not load them yet "
-            "(issue 16).")
+            "(issue 16). MCT 2.6.1's export calls torch.onnx.export as written for torch < 2.9; with torch 2.13's "
+            "default (dynamo) exporter it fails, so its peer runs it with the TorchScript exporter (dynamo=False), "
+            "the default MCT was written for.")
     report.publish(SECTION, body, write=not args.no_write)
 
 

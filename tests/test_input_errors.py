@@ -120,3 +120,29 @@ def test_gptq_data_with_the_wrong_channels():
     with pytest.raises(RepresentativeDataError, match="gptq_representative_data_gen: input 0 has shape"):
         mct.gptq.pytorch_gradient_post_training_quantization(Net().eval(), gen(), gptq_config=cfg,
                                                              gptq_representative_data_gen=gen(shape=(4, 5, 8, 8)))
+
+
+class FullyConvolutional(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = torch.nn.functional.interpolate(torch.relu(self.b(y)), size=y.shape[-2:], mode="nearest")
+        return self.c(y + z)
+
+
+def test_image_pyramid_calibration_pools_statistics():
+    torch.manual_seed(0)
+    model = FullyConvolutional().eval()
+    pyramid = [[torch.randn(4, 3, h, w)] for h, w in [(16, 16), (24, 32), (32, 24)]]
+    q, _ = PTQ(model, lambda: iter(pyramid))
+    big = torch.randn(2, 3, 32, 32)  # outside the first batch's size: the ranges cover every size seen
+    f = model(big)
+    assert 10 * torch.log10(f.pow(2).mean() / (f - q(big)).pow(2).mean()) > 25
+    with pytest.raises(RepresentativeDataError, match="number of dimensions may not"):
+        PTQ(model, lambda: iter(pyramid + [[torch.randn(4, 3, 16)]]))
+    with pytest.raises(InvalidConfigError, match="GPTQ trains on shuffled samples of one size"):
+        mct.gptq.pytorch_gradient_post_training_quantization(
+            model, lambda: iter(pyramid), gptq_config=mct.gptq.get_pytorch_gptq_config(n_epochs=1))

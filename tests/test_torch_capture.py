@@ -199,3 +199,47 @@ def test_functional_layers_on_parameters_are_quantized_as_layers(branch):
     x = torch.randn(4, 3, 16, 16)
     f, o = model(x), q(x)
     assert 10 * torch.log10(f.pow(2).mean() / (f - o).pow(2).mean()) > 25
+
+
+class BatchBranch(nn.Module):
+    """Branches on the batch size (and stops torch.fx): torch.export fixes the batch it was shown."""
+
+    def __init__(self):
+        super().__init__()
+        self.small, self.large = nn.Linear(16, 128), nn.Linear(16, 512)
+
+    def forward(self, x):
+        return self.large(x) if x.shape[0] > 8 else self.small(x)
+
+
+class FreeSizes(nn.Module):
+    """Stops torch.fx (iteration over a tensor) but depends on no size: every size stays free."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.stack([c * 2 for c in self.conv(x).unbind(1)], 1)
+
+
+def test_a_size_the_capture_fixed_is_checked_on_every_call():
+    import hwquant as mct
+    model = BatchBranch().eval()
+    data = [[torch.randn(32, 16)] for _ in range(2)]
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(data))
+    assert q(torch.randn(32, 16)).shape == (32, 512)
+    with pytest.raises(AssertionError, match="must have size 32 in dimension 0.*torch.export"):
+        q(torch.randn(16, 16))  # float gives (16, 128): never the captured branch silently
+
+
+def test_sizes_the_model_does_not_depend_on_stay_free():
+    import hwquant as mct
+    model = FreeSizes().eval()
+    data = [[torch.randn(4, 3, 8, 8)] for _ in range(2)]
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(data))
+    for shape in [(1, 3, 8, 8), (7, 3, 12, 20)]:
+        x = torch.randn(*shape)
+        assert q(x).shape == model(x).shape
+    with pytest.raises(AssertionError, match="dimension 1"):
+        q(torch.randn(2, 5, 8, 8))  # the channels are fixed by the convolution

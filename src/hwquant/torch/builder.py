@@ -7,6 +7,7 @@ through its state dict, moves across devices and exports like any traced model.
 from __future__ import annotations
 
 import copy
+import operator
 import re
 from typing import Any, Dict, Optional, Sequence
 
@@ -110,6 +111,19 @@ def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory
     return layer
 
 
+def _guard_sizes(g: fx.Graph, placeholder: fx.Node, node: Node) -> None:
+    """Checks that an input has the sizes the capture fixed (torch.export specialised the model on
+    them): called with another size, the quantized model says so instead of silently running the
+    branch it was captured with."""
+    for dim, size in sorted(node.framework_attr.get("static_sizes", {}).items()):
+        actual = g.call_method("size", (placeholder, dim))
+        g.call_function(torch._assert, (g.call_function(operator.eq, (actual, size)),
+                                        f"input '{node.name}' must have size {size} in dimension {dim}: the model was "
+                                        f"captured through torch.export, which fixed that size because the model's "
+                                        f"forward depends on it (a branch or a hard-coded shape); call it with that "
+                                        f"size, or write the forward with tensor operations so torch.fx can capture it"))
+
+
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
                  extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None,
                  extra_outputs_unquantized: bool = False) -> fx.GraphModule:
@@ -138,6 +152,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
         kwargs = map_input_refs(node.call_kwargs, lambda r: env[node.inputs[r.index]])
         if node.kind == NodeKind.INPUT:
             out = g.placeholder(_attr_name(node.name))
+            _guard_sizes(g, out, node)
         elif node.kind == NodeKind.CONSTANT:
             name = _attr_name(node.name)
             root.register_buffer(name, torch.as_tensor(np.ascontiguousarray(node.weights[0])))

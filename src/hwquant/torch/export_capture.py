@@ -89,13 +89,27 @@ def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
     return {k: v for k, v in values.items() if not isinstance(v, (fx.Node, torch.Tensor, list, tuple))}
 
 
+def _export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Any:
+    """torch.export with every dimension dynamic where the model allows it (Dim.AUTO): a dimension the
+    forward branches on, or fixes, is specialised to the example's size, and the capture keeps that
+    as a check on the quantized model's inputs (`static_sizes`)."""
+    auto = torch.export.Dim.AUTO
+    try:
+        return torch.export.export(model, tuple(example_inputs),
+                                   dynamic_shapes=tuple({d: auto for d in range(x.dim())} for x in example_inputs))
+    except Exception:  # noqa: BLE001 - some models export only with every size fixed
+        return torch.export.export(model, tuple(example_inputs))
+
+
+def _static_sizes(placeholder: fx.Node) -> Dict[int, int]:
+    """The dimensions torch.export fixed for one input: {dim: size}."""
+    value = placeholder.meta.get("val")
+    shape = getattr(value, "shape", ())
+    return {d: int(size) for d, size in enumerate(shape) if isinstance(size, int)}
+
+
 def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
-    try:  # a dynamic batch dimension, so later batches of another size still run
-        batch = torch.export.Dim("batch")
-        exported = torch.export.export(model, tuple(example_inputs),
-                                       dynamic_shapes=tuple({0: batch} for _ in example_inputs))
-    except Exception:  # noqa: BLE001 - the model fixes its batch size: export it as it is
-        exported = torch.export.export(model, tuple(example_inputs))
+    exported = _export(model, example_inputs)
     gm = exported.module()
     for node in list(gm.graph.nodes):  # drop the guard check torch.export inserts
         if node.op == "call_module" and str(node.target).startswith("_guards"):
@@ -111,6 +125,9 @@ def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.T
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
     graph = graph_from_fx(gm, name)
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and node.name in graph and _static_sizes(node):
+            graph.node(node.name).framework_attr["static_sizes"] = _static_sizes(node)
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.name in graph:
             graph.node(node.name).framework_attr.update(_schema_attrs(node))
