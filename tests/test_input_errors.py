@@ -100,7 +100,7 @@ def quantized():
 
 
 def test_export_data_with_the_wrong_channels(quantized, tmp_path):
-    with pytest.raises(ExportError, match=r"fails on the first batch of repr_dataset \(shapes \[\(1, 5, 8, 8\)\]"):
+    with pytest.raises(ExportError, match=r"fails on the first batch of repr_dataset \(shapes \[\(4, 5, 8, 8\)\]"):
         mct.exporter.pytorch_export_model(quantized, tmp_path / "m.onnx", gen(shape=(4, 5, 8, 8)))
     assert list(tmp_path.iterdir()) == []
 

@@ -176,11 +176,18 @@ def test_wrong_number_of_inputs():
 
 
 def test_inconsistent_shapes():
-    def bad():
+    def other_rank():
+        yield [DATA[0]]
+        yield [torch.randn(8, 3, 10)]
+    with pytest.raises(RepresentativeDataError, match="batch 1 has inputs of .3. dimensions.*may not"):
+        mct.ptq.pytorch_post_training_quantization(make_model(), other_rank)
+
+    def other_size():  # sizes may vary, but this model takes one size only
         yield [DATA[0]]
         yield [torch.randn(8, 3, 10, 10)]
-    with pytest.raises(RepresentativeDataError, match="batch 1 has input shapes"):
-        mct.ptq.pytorch_post_training_quantization(make_model(), bad)
+    fixed = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 10 * 10, 2)).eval()
+    with pytest.raises(RepresentativeDataError, match=r"batch 1 has input shapes \[\(3, 10, 10\)\].*the model fails"):
+        mct.ptq.pytorch_post_training_quantization(fixed, other_size)
 
 
 def test_nan_in_data():

@@ -229,8 +229,16 @@ def test_a_size_the_capture_fixed_is_checked_on_every_call():
     data = [[torch.randn(32, 16)] for _ in range(2)]
     q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(data))
     assert q(torch.randn(32, 16)).shape == (32, 512)
-    with pytest.raises(AssertionError, match="must have size 32 in dimension 0.*torch.export"):
-        q(torch.randn(16, 16))  # float gives (16, 128): never the captured branch silently
+    with pytest.raises(AssertionError, match="must have at least 9 in dimension 0.*torch.export"):
+        q(torch.randn(4, 16))  # float gives (4, 128): never the captured branch silently
+    assert q(torch.randn(12, 16)).shape == (12, 512)  # other sizes within the captured range run
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as tmp:  # the checks are part of the graph: saved, and exportable
+        loaded = mct.exporter.load_quantized_model(mct.exporter.save_quantized_model(q, Path(tmp) / "m.pt"))
+        with pytest.raises(AssertionError, match="at least 9"):
+            loaded(torch.randn(4, 16))
+        mct.exporter.pytorch_export_model(q, Path(tmp) / "m.onnx", lambda: iter(data))  # traced on a full batch
 
 
 def test_sizes_the_model_does_not_depend_on_stay_free():

@@ -33,6 +33,26 @@ def _check_path(path: Any, suffixes: tuple) -> Path:
     return path
 
 
+def _example(model: Any, batch: list) -> list:
+    """The inputs the tracers run: one sample of the first batch, or the whole batch for a model that
+    takes only some batch sizes (a torch.export capture that fixed them). The tracers would fail deep
+    inside torch on data the model cannot take: that is said here."""
+    import torch
+
+    error: Exception = RuntimeError("no batch")
+    for example in ([t[:1] for t in batch], batch):
+        try:
+            with torch.no_grad():
+                model(*example)
+            return example
+        except Exception as e:  # noqa: BLE001
+            error = e
+    raise ExportError(f"the model fails on the first batch of repr_dataset (shapes {[tuple(t.shape) for t in batch]}, "
+                      f"dtypes {[str(t.dtype) for t in batch]}): {type(error).__name__}: "
+                      f"{str(error).splitlines()[0] if str(error) else ''}; give batches shaped like the "
+                      "representative data the model was quantized with") from error
+
+
 def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat) -> Dict[str, Any]:
     from hwquant.torch.metadata import read_metadata
 
@@ -92,15 +112,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
                               f"{wide[:8]}; export with quantization_format=FAKELY_QUANT instead")
     path = _check_path(save_model_path, (".onnx",) if onnx_out else (".pt", ".pth", ".torchscript"))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    example = [t[:1] for t in RepresentativeData(repr_dataset, device=device).first_batch()]
-    try:  # the tracers below fail deep inside torch on data the model cannot take
-        with torch.no_grad():
-            model(*example)
-    except Exception as e:  # noqa: BLE001
-        raise ExportError(f"the model fails on the first batch of repr_dataset (shapes "
-                          f"{[tuple(t.shape) for t in example]}, dtypes {[str(t.dtype) for t in example]}): "
-                          f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; give batches shaped "
-                          "like the representative data the model was quantized with") from e
+    example = _example(model, RepresentativeData(repr_dataset, device=device).first_batch())
     meta = _metadata(model, quantization, serialization)
     if onnx_out:
         data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta)

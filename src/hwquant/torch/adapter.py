@@ -15,6 +15,7 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.torch.attach import attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.data import RepresentativeDataError
 from hwquant.torch.statistics import summarize_tensor
 from hwquant.torch.correction_facts import PytorchCorrectionFacts  # graph-correction facts (core/passes)
 
@@ -99,7 +100,14 @@ class PytorchAdapter(PytorchCorrectionFacts):
         for batch in data:
             try:
                 _, tensors = model(*[_channels_last(t) if channels_last else t for t in batch])
-            except RuntimeError:
+            except RuntimeError as e:
+                source = getattr(data, "iterable", data)  # data may come wrapped in a progress bar
+                if batches and not getattr(source, "uniform_shapes", True):
+                    raise RepresentativeDataError(
+                        f"batch {batches} has input shapes {[tuple(t.shape[1:]) for t in batch]} (without the batch "
+                        f"dimension), the first batch had {source.first_shapes}, and the model fails on them "
+                        f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): sizes may vary between "
+                        "batches only where the model allows it; give batches of one size") from e
                 if not channels_last or batches:
                     raise
                 channels_last, model = False, model.to(memory_format=torch.contiguous_format)

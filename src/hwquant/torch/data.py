@@ -41,6 +41,11 @@ class RepresentativeData:
         self.uniform_shapes = True  # every batch so far had the first batch's sizes
         self._last_iterator: Any = None
 
+    @property
+    def first_shapes(self) -> Optional[List[Tuple[int, ...]]]:
+        """The first batch's input shapes without the batch dimension (None before any pass)."""
+        return self._shapes
+
     def first_batch(self) -> List[torch.Tensor]:
         for batch in self:
             return batch

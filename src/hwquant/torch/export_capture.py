@@ -92,7 +92,7 @@ def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
 def _export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Any:
     """torch.export with every dimension dynamic where the model allows it (Dim.AUTO): a dimension the
     forward branches on, or fixes, is specialised to the example's size, and the capture keeps that
-    as a check on the quantized model's inputs (`static_sizes`)."""
+    as a check on the quantized model's inputs (`size_ranges`)."""
     auto = torch.export.Dim.AUTO
     try:
         return torch.export.export(model, tuple(example_inputs),
@@ -101,11 +101,31 @@ def _export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> A
         return torch.export.export(model, tuple(example_inputs))
 
 
-def _static_sizes(placeholder: fx.Node) -> Dict[int, int]:
-    """The dimensions torch.export fixed for one input: {dim: size}."""
-    value = placeholder.meta.get("val")
-    shape = getattr(value, "shape", ())
-    return {d: int(size) for d, size in enumerate(shape) if isinstance(size, int)}
+def _finite_int(value: Any) -> Optional[int]:
+    try:  # sympy integers convert; torch's int_oo / -int_oo do not
+        return int(value)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+
+
+def _size_ranges(placeholder: fx.Node, ranges: Dict[Any, Any]) -> Dict[int, Tuple[Optional[int], Optional[int]]]:
+    """What torch.export assumed of one input's sizes: {dim: (lowest, highest)}, equal bounds for a
+    fixed size, None for no bound. Lower bounds of 2 are left out: torch.export's 0/1 specialisation
+    puts them on every free size, and a graph valid from 2 runs at batch 1 just as well."""
+    result = {}
+    for d, size in enumerate(getattr(placeholder.meta.get("val"), "shape", ())):
+        expr = size.node.expr if isinstance(size, torch.SymInt) else size
+        if getattr(expr, "is_number", False) or isinstance(expr, int):
+            result[d] = (int(expr), int(expr))
+            continue
+        bounds = ranges.get(expr)
+        if bounds is None:
+            continue
+        lo, hi = _finite_int(bounds.lower), _finite_int(bounds.upper)
+        lo = lo if lo is not None and lo > 2 else None
+        if lo is not None or hi is not None:
+            result[d] = (lo, hi)
+    return result
 
 
 def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
@@ -126,8 +146,9 @@ def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.T
         ShapeProp(gm).propagate(*example_inputs)
     graph = graph_from_fx(gm, name)
     for node in gm.graph.nodes:
-        if node.op == "placeholder" and node.name in graph and _static_sizes(node):
-            graph.node(node.name).framework_attr["static_sizes"] = _static_sizes(node)
+        sizes = _size_ranges(node, exported.range_constraints) if node.op == "placeholder" else {}
+        if sizes and node.name in graph:
+            graph.node(node.name).framework_attr["size_ranges"] = sizes
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.name in graph:
             graph.node(node.name).framework_attr.update(_schema_attrs(node))
