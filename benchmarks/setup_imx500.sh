@@ -4,22 +4,14 @@
 # end is Java: a JRE 17 is installed from Debian when none is on the PATH. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 VENV=.venv-imx
 VPY=$VENV/bin/python
 
 if ! command -v java >/dev/null 2>&1; then
     apt-get update >/dev/null && apt-get install -y --no-install-recommends openjdk-17-jre-headless >/dev/null
 fi
-if [ ! -x "$VPY" ]; then
-    "$PY" -m venv "$VENV"
-    "$VPY" -m pip install --quiet --upgrade pip >/dev/null
-fi
 # CPU torch first, from the local wheel: uni-pytorch depends on torch, and PyPI's pulls CUDA.
-if ! "$VPY" -c "import torch" 2>/dev/null; then
-    wheel=$(ls /opt/wheels/torch-*.whl 2>/dev/null | head -n 1 || true)
-    "$VPY" -m pip install --quiet "${wheel:-torch}"
-fi
+bash scripts/venv_cpu_torch.sh "$VENV"
 if ! "$VPY" -c "import importlib.metadata as m; assert m.version('imx500-converter') == '3.19.2'" 2>/dev/null; then
     "$VPY" -m pip install --quiet "imx500-converter[pt]==3.19.2"
 fi

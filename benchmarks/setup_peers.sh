@@ -4,19 +4,10 @@
 # ONNX Runtime, the other peer, lives in .venv (scripts/fetch_assets.sh installs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
 VENV=.venv-mct
 VPY=$VENV/bin/python
-
-if [ ! -x "$VPY" ]; then
-    "$PY" -m venv "$VENV"
-    "$VPY" -m pip install --quiet --upgrade pip >/dev/null
-fi
 # CPU torch first, from the local wheel: otherwise MCT's dependency resolution pulls CUDA torch.
-if ! "$VPY" -c "import torch" 2>/dev/null; then
-    wheel=$(ls /opt/wheels/torch-*.whl 2>/dev/null | head -n 1 || true)
-    "$VPY" -m pip install --quiet "${wheel:-torch}"
-fi
+bash scripts/venv_cpu_torch.sh "$VENV"
 if ! "$VPY" -c "import importlib.metadata as m; assert m.version('model-compression-toolkit') == '2.6.1'" 2>/dev/null; then
     "$VPY" -m pip install --quiet model-compression-toolkit==2.6.1
 fi
