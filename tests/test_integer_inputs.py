@@ -113,3 +113,30 @@ def test_boolean_and_index_tensors_inside_the_graph_stay_unquantized():
     quantized = {n.args[0].name for n in q.graph.nodes if n.op == "call_module"
                  and isinstance(q.get_submodule(n.target), PytorchActivationQuantizationHolder)}
     assert not any(name.startswith(("gt", "argmax")) for name in quantized), quantized
+
+
+class MinMaskBert(TinyBert):
+    """Masks as transformers writes them: the float32 minimum (or -inf) added to the scores."""
+
+    def __init__(self, fill):
+        super().__init__()
+        self.fill = fill
+
+    def forward(self, ids, mask):
+        n, t = ids.shape
+        x = self.ln(self.tok(ids) + self.pos(torch.arange(t).unsqueeze(0)))
+        bias = torch.zeros(n, 1, 1, t).masked_fill(mask[:, None, None, :] == 0, self.fill)
+        for b in self.blocks:
+            d = x.shape[-1]
+            q, k, v = (b[name](x).view(n, t, self.heads, d // self.heads).transpose(1, 2) for name in "qkv")
+            attn = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(d // self.heads) + bias, dim=-1)
+            x = b["ln1"](x + b["o"]((attn @ v).transpose(1, 2).reshape(n, t, d)))
+        return x[:, 0]
+
+
+@pytest.mark.parametrize("fill", [torch.finfo(torch.float32).min, float("-inf")], ids=["finfo.min", "-inf"])
+def test_attention_masks_stay_float_and_keep_masking(fill, caplog):
+    import logging
+    with caplog.at_level(logging.INFO, logger="hwquant.pipeline"):
+        _check(MinMaskBert(fill))  # the scores' grid would otherwise span the mask value: every score 0
+    assert "kept float (they hold masking values" in caplog.text

@@ -108,6 +108,20 @@ def collect_statistics(state: PipelineState, names: List[str], data: Iterable[Li
     state.statistics.update(fresh)
 
 
+def keep_masks_float(state: PipelineState) -> List[str]:
+    """Tensors that hold masking sentinels (an attention mask of float32-minimum or -inf entries, and
+    the scores it is added to) stay float: on any grid the mask would either swallow the data or stop
+    masking. The softmax after them is quantized as usual. Returns their names."""
+    names = [n for n, st in state.statistics.items() if st.has_sentinels]
+    for name in names:
+        for c in state.graph.node(name).candidates:
+            c.activation_quantization_cfg.enable_activation_quantization = False
+    if names:
+        log.info("kept float (they hold masking values such as the float32 minimum or -inf): %s", ", ".join(names))
+        state.report["kept_float_masks"] = names
+    return names
+
+
 def _fixed_range(cfg) -> Dict[str, float]:
     """A fixed scale / zero point (signed integer convention) as a uniform range."""
     a = cfg.activation_quantization_cfg
@@ -183,6 +197,7 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
     the graph as it is before bias correction in `state.float_graph`."""
     prepare(state)
     calibrate(state, data, progress)
+    keep_masks_float(state)
     cand.select_base_configs(state.graph)
     if state.target is not None and state.target.is_any_restricted():
         compute_parameters(state, all_candidates=True)  # the sensitivity model quantizes with every candidate

@@ -50,6 +50,11 @@ def _bin_of(v: float, w: float) -> int:
     return int(_exact_bins(np.array([v]), w)[0])
 
 
+# Values of this magnitude are not data but markers (attention masks add torch.finfo(float32).min or
+# -inf before a softmax): no activation grid can hold both them and the data they mask.
+MASK_SENTINEL = 1e30
+
+
 class TensorStatistics:
     """Running statistics of a tensor seen batch by batch (see the module docstring).
 
@@ -77,6 +82,7 @@ class TensorStatistics:
         self.per_channel = bool(per_channel)
         self.max_hist_samples_per_batch = int(max_hist_samples_per_batch)
         self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        self.has_sentinels = False  # a batch held masking sentinels (see add)
         self._count = 0
         self._mean = 0.0
         self._m2 = 0.0  # sum of squared deviations from the mean
@@ -99,8 +105,13 @@ class TensorStatistics:
 
     def add(self, batch: "BatchSummary") -> "TensorStatistics":
         """Add one batch given as its summary (what `summarize`, or a framework's own faster
-        summariser, computes). NaN or inf raise ValueError, leaving the statistics unchanged."""
+        summariser, computes). NaN raises ValueError, leaving the statistics unchanged. A batch
+        holding masking sentinels (infinities, or magnitudes from MASK_SENTINEL up, such as the
+        float32 minimum that attention masks add) is not added: `has_sentinels` is set instead."""
         lo, hi = batch.min, batch.max
+        if not (math.isnan(lo) or math.isnan(hi)) and max(abs(lo), abs(hi)) >= MASK_SENTINEL:
+            self.has_sentinels = True
+            return self
         if not (math.isfinite(lo) and math.isfinite(hi)):
             raise ValueError("the activation contains NaN or inf values "
                              f"(batch of shape {batch.shape}, min={lo}, max={hi})")
@@ -288,6 +299,7 @@ class TensorStatistics:
             raise ValueError("cannot merge statistics with and without per-channel data")
         if other.n_bins != self.n_bins:
             raise ValueError(f"cannot merge histograms of {other.n_bins} and {self.n_bins} bins")
+        self.has_sentinels = self.has_sentinels or other.has_sentinels
         if other._count == 0:
             return self
         if self._count == 0:
