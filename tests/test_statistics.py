@@ -139,16 +139,28 @@ def test_per_channel_needs_consistent_channels_and_an_axis():
         TensorStatistics().update(np.ones(3, np.float32)).channel_mean
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("per_channel", [False, True])
-def test_nan_or_inf_raise(bad, per_channel):
+def test_nan_raises(per_channel):
     s = TensorStatistics(per_channel=per_channel)
     s.update(np.ones((2, 3), np.float32))
     x = np.ones((2, 3), np.float32)
-    x[1, 2] = bad
+    x[1, 2] = np.nan
     with pytest.raises(ValueError, match="NaN or inf"):
         s.update(x)
-    assert s.count == 6 and s.max == 1.0  # the bad batch left no trace
+    assert s.count == 6 and s.max == 1.0 and not s.has_sentinels  # the bad batch left no trace
+
+
+@pytest.mark.parametrize("sentinel", [np.inf, -np.inf, np.finfo(np.float32).min, 1e30])
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_masking_sentinels_are_recorded_not_histogrammed(sentinel, per_channel):
+    s = TensorStatistics(per_channel=per_channel)
+    s.update(np.ones((2, 3), np.float32))
+    x = np.ones((2, 3), np.float32)
+    x[1, 2] = sentinel
+    s.update(x)
+    assert s.has_sentinels and s.count == 6 and s.max == 1.0
+    merged = TensorStatistics(per_channel=per_channel).update(np.ones((2, 3), np.float32)).merge(s)
+    assert merged.has_sentinels
 
 
 def test_empty_statistics_refuse_queries():
