@@ -146,3 +146,27 @@ def test_image_pyramid_calibration_pools_statistics():
     with pytest.raises(InvalidConfigError, match="GPTQ trains on shuffled samples of one size"):
         mct.gptq.pytorch_gradient_post_training_quantization(
             model, lambda: iter(pyramid), gptq_config=mct.gptq.get_pytorch_gptq_config(n_epochs=1))
+
+
+class SpectrumLSTM(nn.Module):
+    """A power spectrum (heavy-tailed: most values tiny) read by an LSTM the TPC leaves float."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm, self.fc = nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 4)
+
+    def forward(self, power):
+        _, (h, _) = self.lstm(power)
+        return self.fc(torch.relu(h[-1]))
+
+
+def test_a_tensor_only_float_layers_read_stays_float():
+    torch.manual_seed(0)
+    model = SpectrumLSTM().eval()
+    spectra = [[torch.randn(16, 20, 8).pow(2) * torch.rand(16, 20, 1).pow(6) * 30] for _ in range(3)]
+    q, _ = PTQ(model, lambda: iter(spectra))
+    placeholder = next(n for n in q.graph.nodes if n.op == "placeholder")
+    assert all(u.op != "call_module" or "holder" not in u.target for u in placeholder.users)
+    x = spectra[0][0]
+    f = model(x)
+    assert 10 * torch.log10(f.pow(2).mean() / (f - q(x)).pow(2).mean()) > 30

@@ -90,6 +90,31 @@ def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:
     return groups
 
 
+def _runs_in_float(node: Node) -> bool:
+    """A layer with weights of which no candidate quantizes any, and whose output is not quantized
+    either (an LSTM / GRU the TPC leaves float): it computes in float whatever its input grid."""
+    if node.kind != NodeKind.MODULE or not node.weights or not node.candidates:
+        return False
+    return all(not c.activation_quantization_cfg.quantized
+               and not any(w.enable_weights_quantization for w in c.weights_quantization_cfg.attrs.values())
+               for c in node.candidates)
+
+
+def keep_float_inputs_of_float_layers(graph: Graph) -> List[str]:
+    """A tensor that only float-computing layers read stays float: its grid would simulate nothing
+    the target runs in integers and only add error (a power spectrum fed to an LSTM loses most of its
+    small values on any 8-bit grid). Returns the names of those tensors."""
+    names = []
+    for node in graph:
+        readers = graph.successors(node.name)
+        if readers and all(_runs_in_float(r) for r in readers) \
+                and any(c.activation_quantization_cfg.quantized for c in node.candidates):
+            for c in node.candidates:
+                c.activation_quantization_cfg.enable_activation_quantization = False
+            names.append(node.name)
+    return names
+
+
 def _match_chain(graph: Graph, start: Node, positions: Sequence[Sequence[str]], taken: set) -> Optional[List[Node]]:
     if start.name in taken or start.opset not in positions[0]:
         return None

@@ -73,6 +73,7 @@ def prepare(state: PipelineState) -> None:
         state.report["residual_collapsed"] = collapse_residuals(g, adapter, priors)
     cand.assign_candidates(g, state.fqc, state.core_config, adapter)
     state.fused_groups = cand.apply_fusing(g, state.fqc)
+    state.report["float_layer_inputs"] = cand.keep_float_inputs_of_float_layers(g)
     if qc.activation_channel_equalization:
         state.report["equalized"] = equalize_activation_channels(g, adapter, priors)
     cand.apply_network_editor(g, state.core_config, final=False)
