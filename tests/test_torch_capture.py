@@ -251,3 +251,31 @@ def test_sizes_the_model_does_not_depend_on_stay_free():
         assert q(x).shape == model(x).shape
     with pytest.raises(AssertionError, match="dimension 1"):
         q(torch.randn(2, 5, 8, 8))  # the channels are fixed by the convolution
+
+
+class SavedThenReLUd(nn.Module):
+    """VGG-style slices: a tensor saved for a skip connection is later overwritten by ReLU(inplace=True),
+    so the skip connection carries the ReLU's output."""
+
+    def __init__(self):
+        super().__init__()
+        self.slice1 = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8))
+        self.slice2 = nn.Sequential(nn.ReLU(inplace=True), nn.Conv2d(8, 8, 3, padding=1))
+        self.head = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        h = self.slice1(x)
+        skip = h
+        y = self.slice2(h)
+        y.add_(1.0)
+        return self.head(torch.cat([y, skip], 1))
+
+
+def test_in_place_aliasing_is_kept_when_tensors_are_observed():
+    torch.manual_seed(0)
+    model = SavedThenReLUd().eval()
+    x = torch.randn(2, 3, 8, 8)
+    graph = capture(model, [x])
+    observed = [n.name for n in graph if n.kind == NodeKind.MODULE]
+    out, _ = build_module(graph, extra_outputs=observed)(x)  # the statistics model
+    assert torch.allclose(out, model(x.clone()), atol=1e-6)
