@@ -70,6 +70,22 @@ def _input_names(model: nn.Module, n: int) -> List[str]:
     return names if len(names) == n else [f"input_{i}" for i in range(n)]
 
 
+def _traced_sizes(model: nn.Module) -> None:
+    """A torch.export capture reads sizes with ``aten.sym_size``, which the ONNX tracer sees as plain
+    integers: the traced batch would be baked into every reshape of a file that declares a dynamic
+    batch. As ``x.size(d)`` and tensor-method reshapes the tracer records them as Shape operators."""
+    if not isinstance(model, torch.fx.GraphModule):
+        return
+    methods = {torch.ops.aten.sym_size.int: "size", torch.ops.aten.reshape.default: "reshape",
+               torch.ops.aten.view.default: "view", torch.ops.aten.expand.default: "expand"}
+    changed = False
+    for node in model.graph.nodes:
+        if node.op == "call_function" and node.target in methods:
+            node.op, node.target, changed = "call_method", methods[node.target], True
+    if changed:
+        model.recompile()
+
+
 def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
             imx500_forms: bool = False) -> onnx.ModelProto:
     """The model as ONNX with marker nodes, batch dimension dynamic on every input and output;
@@ -77,6 +93,7 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
     with torch.no_grad():
         outputs = model(*example)
     export_copy = copy.deepcopy(model).eval()
+    _traced_sizes(export_copy)
     if imx500_forms:
         rewrite_for_imx500(export_copy, example)
     marked = _with_markers(export_copy)
