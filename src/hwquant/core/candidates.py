@@ -70,6 +70,12 @@ def _output_producers(graph: Graph) -> List[Node]:
     return found
 
 
+def disable_activation_quantization(node: Node) -> None:
+    """No candidate of `node` quantizes its output."""
+    for c in node.candidates:
+        c.activation_quantization_cfg.enable_activation_quantization = False
+
+
 def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:
     """Find the TPC's fusing patterns in the graph (longest first) and disable the activation
     quantization of every node of a fused group but the last. Returns the groups found."""
@@ -85,8 +91,7 @@ def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:
                 taken.update(n.name for n in chain)
                 for n in chain[:-1]:
                     n.fused_into = chain[-1].name
-                    for c in n.candidates:
-                        c.activation_quantization_cfg.enable_activation_quantization = False
+                    disable_activation_quantization(n)
     return groups
 
 
@@ -109,8 +114,7 @@ def keep_float_inputs_of_float_layers(graph: Graph) -> List[str]:
         readers = graph.successors(node.name)
         if readers and all(_runs_in_float(r) for r in readers) \
                 and any(c.activation_quantization_cfg.quantized for c in node.candidates):
-            for c in node.candidates:
-                c.activation_quantization_cfg.enable_activation_quantization = False
+            disable_activation_quantization(node)
             names.append(node.name)
     return names
 

@@ -115,8 +115,7 @@ def keep_masks_float(state: PipelineState) -> List[str]:
     masking. The softmax after them is quantized as usual. Returns their names."""
     names = [n for n, st in state.statistics.items() if st.has_sentinels]
     for name in names:
-        for c in state.graph.node(name).candidates:
-            c.activation_quantization_cfg.enable_activation_quantization = False
+        cand.disable_activation_quantization(state.graph.node(name))
     if names:
         log.info("kept float (they hold masking values such as the float32 minimum or -inf): %s", ", ".join(names))
         state.report["kept_float_masks"] = names

@@ -1,5 +1,6 @@
 """What Sony's IMX500 converter (imxconv-pt 3.19) accepts in an MCTQ ONNX file, checked at export
-time so that a file the converter would refuse is refused here, with the reason and the way out.
+time so that what the converter would refuse is named before anyone runs it, with the reason and
+the way out (the exporter logs it as a warning and still writes the file).
 
 The facts below are the converter's own: its operator table, the ONNX opsets and TPC minor versions
 it reads, and that its quantization nodes are the power-of-two activation quantizer and the

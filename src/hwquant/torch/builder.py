@@ -41,13 +41,6 @@ def _moves_values(node: Node) -> bool:
     return node.kind == NodeKind.METHOD and node.call_target in _MOVING_METHODS
 
 
-def _out_of_place(method: str) -> str:
-    """``add`` for ``add_``: an in-place tensor method would overwrite an observed tensor."""
-    if method.endswith("_") and not method.startswith("_") and hasattr(torch.Tensor, method[:-1]):
-        return method[:-1]
-    return method
-
-
 def make_layer(node: Node) -> nn.Module:
     """A copy of the node's layer carrying the node's (possibly folded) weights."""
     layer = copy.deepcopy(node.call_target)
@@ -98,13 +91,10 @@ class QuantizerFactory:
                                   ac.activation_quantization_params, target="activation")
 
 
-def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory"] = None,
-                out_of_place: bool = False) -> nn.Module:
+def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory"] = None) -> nn.Module:
     """The module of a MODULE node: its layer with the node's weights, wrapped with its weight
-    quantizers when ``quantizers`` are given; ``out_of_place``: an in-place layer runs out of place."""
+    quantizers when ``quantizers`` are given."""
     layer = make_layer(node)
-    if out_of_place and getattr(layer, "inplace", False) is True:
-        layer.inplace = False
     wq = quantizers.weights(node) if quantizers else {}
     if wq:
         layer = PytorchQuantizationWrapper(layer, wq, quantizers.input_scale(graph, node))
@@ -133,8 +123,9 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
     quantized activation passes through a holder. With `extra_outputs`, the module returns
     `(model outputs, [tensors of those nodes])` (statistics collection), taken after the nodes'
-    activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points);
-    in-place operations then run out of place, so that no later layer overwrites an observed tensor."""
+    activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points).
+    No later operation can overwrite an observed tensor: capture made the graph functional
+    (``capture.functionalize_in_place_ops``)."""
     root = nn.Module()
     g = fx.Graph()
     env: Dict[str, fx.Node] = {}
@@ -162,16 +153,13 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
             used_names.add(name)
             out = g.get_attr(name)
         elif node.kind == NodeKind.MODULE:
-            layer = build_layer(graph, node, quantizers, out_of_place=extra_outputs is not None)
+            layer = build_layer(graph, node, quantizers)
             placed.setdefault(node.name, {})["layer"] = register(node.name, layer)
             out = g.call_module(placed[node.name]["layer"], args, kwargs)
         elif node.kind == NodeKind.FUNCTION:
-            if extra_outputs is not None and kwargs.get("inplace") is True:
-                kwargs = {**kwargs, "inplace": False}
             out = g.call_function(node.call_target, args, kwargs)
         elif node.kind == NodeKind.METHOD:
-            out = g.call_method(_out_of_place(node.call_target) if extra_outputs is not None else node.call_target,
-                                args, kwargs)
+            out = g.call_method(node.call_target, args, kwargs)
         else:
             raise ValueError(f"node '{node.name}' has unknown kind {node.kind!r}")
         unquantized[node.name] = out

@@ -146,12 +146,12 @@ def capture_with_export(model: torch.nn.Module, example_inputs: Sequence[torch.T
         ShapeProp(gm).propagate(*example_inputs)
     graph = graph_from_fx(gm, name)
     for node in gm.graph.nodes:
-        sizes = _size_ranges(node, exported.range_constraints) if node.op == "placeholder" else {}
-        if sizes and node.name in graph:
-            graph.node(node.name).framework_attr["size_ranges"] = sizes
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.name in graph:
+        if node.name not in graph:
+            continue
+        if node.op == "call_function":
             graph.node(node.name).framework_attr.update(_schema_attrs(node))
+        elif node.op == "placeholder" and (sizes := _size_ranges(node, exported.range_constraints)):
+            graph.node(node.name).framework_attr["size_ranges"] = sizes
     for node_name, path in paths.items():
         if node_name in graph:  # a layer whose output nothing reads was eliminated as dead code
             graph.node(node_name).module_path = path

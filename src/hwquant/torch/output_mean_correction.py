@@ -134,7 +134,7 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         def shift_bias(shift: torch.Tensor) -> None:
             from hwquant.core.pipeline import add_to_bias  # the pipeline imports the torch adapter
             add_to_bias(node, adapter, shift.numpy())
-            setattr(model, name, build_layer(graph, node, quantizers, out_of_place=True).to(adapter.device).eval())
+            setattr(model, name, build_layer(graph, node, quantizers).to(adapter.device).eval())
 
         target = float_means[node.name].cpu().double()
         measured = stream.probe(call, point, axis)
