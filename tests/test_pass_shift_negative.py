@@ -176,3 +176,38 @@ def test_leaves_alone_what_it_must_not_touch(model, kw):
     n = len(state.graph)
     assert apply_shift_negative_correction(state, batches) == 0
     assert len(state.graph) == n and not _adds(state.graph)
+
+
+class _SameSizes(list):
+    """Representative batches that all have one size (as RepresentativeData says of such data)."""
+    uniform_shapes = True
+
+
+@pytest.mark.parametrize("data", [_SameSizes, list])
+def test_statistics_of_shifted_tensors_are_derived_exactly(data):
+    """The add, the bypass op and the pad node get the statistics a pass over the data would give
+    them (derived from the collected ones; the pad from data when sizes may vary)."""
+    from hwquant.core.pipeline import collect_statistics
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Hardswish(), nn.AvgPool2d(2),
+                          nn.Conv2d(8, 4, 3, padding=2)).eval()
+    batches = data(_batches((4, 3, 8, 8), scale=1.0))
+    state = _state(model, batches, shift_negative_ratio=1.0)
+    assert apply_shift_negative_correction(state, batches) == 1
+    (add,) = _adds(state.graph)
+    pad = next(n for n in state.graph if n.type is F.pad)
+    names = [add.name, "_2", pad.name]
+    derived = {n: state.statistics[n] for n in names}
+    collect_statistics(state, names, batches)
+    for n in names:
+        d, f = derived[n], state.statistics[n]
+        assert d.count == f.count
+        for attr in ("min", "max", "mean", "std"):
+            assert getattr(d, attr) == pytest.approx(getattr(f, attr), rel=1e-5, abs=1e-6), (n, attr)
+        np.testing.assert_allclose(d.channel_mean, f.channel_mean, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d.channel_min, f.channel_min, rtol=1e-6, atol=1e-6)
+        (de, dc), (fe, fc) = d.histogram(), f.histogram()
+        centres = lambda e, c: np.repeat(0.5 * (e[:-1] + e[1:]), c)  # noqa: E731
+        # same distribution up to one bin width (the windows are laid out differently)
+        assert dc.sum() == fc.sum()
+        assert np.abs(np.sort(centres(de, dc)) - np.sort(centres(fe, fc))).max() <= 1.01 * max(d.bin_width, f.bin_width)

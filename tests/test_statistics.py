@@ -222,3 +222,44 @@ def test_large_batch_histogram_is_subsampled():
     s = TensorStatistics(per_channel=True)
     s.update(x)
     assert s.histogram()[1].sum() == 1 << 17
+
+
+@pytest.mark.parametrize("shape", [(3, 10, 7, 5), (2, 3, 11, 13), (4, 32, 3, 3), (5, 64, 2, 2), (1, 1, 1, 1), (7, 5)])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_torch_per_channel_extremes_are_exact_for_any_channel_count(shape, channels_last):
+    """The torch summariser reduces few-channel matrices side by side (speed): the per-channel
+    min / max must still be exactly torch's own, remainder rows included."""
+    torch = pytest.importorskip("torch")
+    from hwquant.torch.statistics import summarize_tensor
+
+    t = torch.randn(shape)
+    if channels_last and t.dim() == 4:
+        t = t.contiguous(memory_format=torch.channels_last)
+    dims = tuple(d for d in range(t.dim()) if d != 1)
+    s = summarize_tensor(t, TensorStatistics(channel_axis=1, per_channel=True))
+    np.testing.assert_array_equal(s.channel_min, t.amin(dim=dims).double().numpy())
+    np.testing.assert_array_equal(s.channel_max, t.amax(dim=dims).double().numpy())
+    assert (s.min, s.max) == (t.min().item(), t.max().item())
+
+
+def test_shifted_statistics_equal_those_of_the_shifted_data_and_keep_updating():
+    rng = np.random.default_rng(3)
+    x, y, c = rng.normal(size=(4, 3, 5)), rng.normal(size=(4, 3, 5)) * 2, 0.625
+    moved = TensorStatistics(per_channel=True, n_bins=64).update(x).shifted(c).update(y + c)
+    direct = TensorStatistics(per_channel=True, n_bins=64).update(x + c).update(y + c)
+    for attr in ("count", "min", "max", "mean", "std"):
+        assert getattr(moved, attr) == pytest.approx(getattr(direct, attr))
+    np.testing.assert_allclose(moved.channel_mean, direct.channel_mean)
+    edges, counts = moved.histogram()
+    assert counts.sum() == x.size + y.size
+    data = np.concatenate([(x + c).ravel(), (y + c).ravel()])
+    np.testing.assert_array_equal(counts, np.histogram(data, edges)[0])  # edges moved with the data
+
+
+def test_add_constant_spreads_over_channels():
+    s = TensorStatistics(per_channel=True).update(np.ones((2, 3, 4)))
+    s.add_constant(5.0, 6)  # two more values per channel
+    assert s.count == 30 and s.max == 5.0
+    np.testing.assert_allclose(s.channel_mean, (8 * 1 + 2 * 5) / 10)
+    with pytest.raises(ValueError, match="spread evenly"):
+        s.add_constant(1.0, 4)

@@ -19,7 +19,6 @@ from hwquant.core import candidates as cand
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node
-from hwquant.core.mixed_precision.selection import select_mixed_precision
 from hwquant.core.node_config import NodeQuantizationConfig
 from hwquant.core.params import activation_quantization_params, weights_quantization_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs
@@ -200,6 +199,7 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
     keep_masks_float(state)
     cand.select_base_configs(state.graph)
     if state.target is not None and state.target.is_any_restricted():
+        from hwquant.core.mixed_precision.selection import select_mixed_precision  # (scipy: only when needed)
         compute_parameters(state, all_candidates=True)  # the sensitivity model quantizes with every candidate
         state.report["mixed_precision_choice"] = select_mixed_precision(state, state.target, data)
     cand.apply_network_editor(state.graph, state.core_config, final=True)

@@ -39,11 +39,11 @@ _MIN_REL_WIDTH = 2.0 ** -40  # bins no narrower than this times max|x| (keeps |x
 def _exact_bins(x: np.ndarray, w: float) -> np.ndarray:
     """Global bin index of every value: the largest integer g with ``g * w <= x`` (int64)."""
     xf = np.asarray(x, dtype=np.float64)
-    g = np.floor(xf / w).astype(np.int64)
+    g = np.floor(xf / w)  # (integers held in float64 are exact far beyond any bin index used)
     # the division may be one ulp off: correct against the float edges themselves
     g -= xf < g * w
     g += xf >= (g + 1) * w
-    return g
+    return g.astype(np.int64)
 
 
 def _bin_of(v: float, w: float) -> int:
@@ -88,7 +88,9 @@ class TensorStatistics:
         self._m2 = 0.0  # sum of squared deviations from the mean
         self._min = math.inf
         self._max = -math.inf
-        # histogram: counts[i] holds [ (start + i) * w, (start + i + 1) * w )
+        # histogram: counts[i] holds [ origin + (start + i) * w, origin + (start + i + 1) * w ); the
+        # window arithmetic works on x - origin (origin is 0 unless the statistics were `shifted`)
+        self._origin = 0.0
         self._w = 0.0
         self._start = 0
         self._counts: Optional[np.ndarray] = None
@@ -133,7 +135,8 @@ class TensorStatistics:
                 self._ch_sum += batch.channel_sum
             self._ch_count += batch.count // batch.channel_min.shape[0]
         self._combine(batch.count, batch.mean, batch.m2)
-        self._update_histogram(np.asarray(batch.sample), lo, hi)
+        o = self._origin
+        self._update_histogram(np.asarray(batch.sample) - o if o else np.asarray(batch.sample), lo - o, hi - o)
         self._min, self._max = min(self._min, lo), max(self._max, hi)
         return self
 
@@ -171,19 +174,20 @@ class TensorStatistics:
         self._start = g_lo - max(self.n_bins - 1 - (g_hi - g_lo), 0) // 2
         self._fit(lo, hi)  # float fuzz: widen if [lo, hi] still does not fit
         if old_total:  # every earlier value equals self._min
-            self._counts[_bin_of(self._min, self._w) - self._start] += old_total
+            self._counts[_bin_of(self._min - self._origin, self._w) - self._start] += old_total
 
     def _cover(self, lo: float, hi: float) -> None:
         """Make the window hold [lo, hi] and all data so far."""
-        if self._counts is None or (self._min == self._max and (lo < self._min or hi > self._max)):
-            self._reset(min(lo, self._min), max(hi, self._max))
+        h_min, h_max = self._min - self._origin, self._max - self._origin
+        if self._counts is None or (self._min == self._max and (lo < h_min or hi > h_max)):
+            self._reset(min(lo, h_min), max(hi, h_max))
         else:
             self._fit(lo, hi)
 
     def _fit(self, lo: float, hi: float, min_k: int = 0) -> None:
         """Slide the window over [lo, hi] and the data so far, merging bins ``2**k`` at a time
         (k >= min_k, the smallest that fits) when it is too narrow. Counts stay exact."""
-        lo, hi = min(lo, self._min), max(hi, self._max)
+        lo, hi = min(lo, self._min - self._origin), max(hi, self._max - self._origin)
         w, n = self._w, self.n_bins
         g_lo, g_hi = _bin_of(lo, w), _bin_of(hi, w)
         if min_k == 0 and self._start <= g_lo and g_hi < self._start + n:
@@ -206,7 +210,7 @@ class TensorStatistics:
         """(bin_edges float64 of length n_bins + 1, counts int64 of length n_bins), copies."""
         self._check_data()
         edges = np.arange(self._start, self._start + self.n_bins + 1, dtype=np.float64) * self._w
-        return edges, self._counts.copy()
+        return edges + self._origin, self._counts.copy()
 
     @property
     def bin_width(self) -> float:
@@ -315,22 +319,53 @@ class TensorStatistics:
             self._ch_count += other._ch_count
         o_edges, o_counts = other.histogram()
         lo, hi = min(other._min, self._min), max(other._max, self._max)
+        o = self._origin
         if self._min == self._max:  # a single value so far: size the window for the union now
-            self._cover(lo, hi)
+            self._cover(lo - o, hi - o)
         min_k = 0
         if other._w > self._w:  # coarsen self to at least the other's width
             min_k = max(int(math.ceil(math.log2(other._w / self._w) - 1e-9)), 0)
-        self._fit(lo, hi, min_k)
+        self._fit(lo - o, hi - o, min_k)
         nz = o_counts > 0
         centres = 0.5 * (o_edges[:-1] + o_edges[1:])[nz]
-        g = np.clip(_exact_bins(np.clip(centres, lo, hi), self._w) - self._start, 0, self.n_bins - 1)
+        g = np.clip(_exact_bins(np.clip(centres, lo, hi) - o, self._w) - self._start, 0, self.n_bins - 1)
         self._counts += np.bincount(g, weights=o_counts[nz], minlength=self.n_bins).astype(np.int64)
         self._combine(other._count, other._mean, other._m2)
         self._min, self._max = lo, hi
         return self
 
+    def shifted(self, c: float) -> "TensorStatistics":
+        """The statistics of ``x + c``: a copy with every figure moved by c (the spread unchanged);
+        exact, histogram included (its edges move with it). Shift-negative correction uses it for
+        the tensors it shifts instead of running the model again."""
+        out = TensorStatistics(self.channel_axis, self.n_bins, self.per_channel, self.max_hist_samples_per_batch,
+                               seed=self._rng)
+        out._copy_from(self)
+        if self._count:
+            out._min, out._max, out._mean, out._origin = self._min + c, self._max + c, self._mean + c, self._origin + c
+            if self.per_channel:
+                out._ch_min, out._ch_max = self._ch_min + c, self._ch_max + c
+                out._ch_sum = self._ch_sum + c * self._ch_count
+        return out
+
+    def add_constant(self, value: float, count: int) -> "TensorStatistics":
+        """Add ``count`` copies of ``value``, spread evenly over the channels (the border a constant
+        padding adds), as one batch; returns self."""
+        channels = self._ch_min.shape[0] if self.per_channel and self._ch_min is not None else 1
+        if count <= 0:
+            return self
+        if count % channels:
+            raise ValueError(f"{count} values do not spread evenly over {channels} channels")
+        n, count_per_channel = count, count // channels
+        sample = np.full(min(n, self.max_hist_samples_per_batch), value, np.float64)
+        summary = BatchSummary(n, value, value, value, 0.0, sample)
+        if self.per_channel:
+            summary.channel_min = summary.channel_max = np.full(channels, value, np.float64)
+            summary.channel_sum = np.full(channels, value * count_per_channel, np.float64)
+        return self.add(summary)
+
     def _copy_from(self, other: "TensorStatistics") -> None:
-        for name in ("_count", "_mean", "_m2", "_min", "_max", "_w", "_start", "_ch_count"):
+        for name in ("_count", "_mean", "_m2", "_min", "_max", "_origin", "_w", "_start", "_ch_count", "has_sentinels"):
             setattr(self, name, getattr(other, name))
         for name in ("_counts", "_ch_min", "_ch_max", "_ch_sum"):
             v = getattr(other, name)

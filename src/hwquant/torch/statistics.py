@@ -22,6 +22,22 @@ def _rows_by_channel(t: torch.Tensor, axis: int) -> torch.Tensor:
     return t.movedim(axis, -1).reshape(-1, t.shape[axis])
 
 
+def _column_reduce(rows: torch.Tensor, op) -> torch.Tensor:
+    """op (torch.amin / torch.amax) down the columns of a (values, channels) matrix. Few columns
+    vectorise badly (a 10-channel activation reduces 50x slower than a 64-channel one), so k rows
+    are laid side by side first, making k * channels a multiple of 64, and the k partial results
+    reduced after: the same values, exactly."""
+    m, c = rows.shape
+    k = 64 // math.gcd(c, 64)
+    whole = (m // k) * k
+    if k == 1 or whole == 0:
+        return op(rows, 0)
+    out = op(op(rows[:whole].reshape(whole // k, k * c), 0).reshape(k, c), 0)
+    if whole < m:
+        out = op(torch.stack([out, op(rows[whole:], 0)]), 0)
+    return out
+
+
 def _flat_values(t: torch.Tensor) -> torch.Tensor:
     """All values as a 1-D view in memory order (the order does not matter to a histogram)."""
     if t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)):
@@ -44,7 +60,8 @@ def summarize_tensor(t: torch.Tensor, stats: TensorStatistics) -> BatchSummary:
             raise ValueError(f"channel_axis {stats.channel_axis} is out of range for an activation of shape {shape}")
         rows = _rows_by_channel(t, stats.channel_axis % t.dim())
         # (single-axis reductions along the rows are the fast path for any layout)
-        c_min, c_max, c_sum = rows.amin(0), rows.amax(0), rows.sum(0, dtype=torch.float32)
+        c_min, c_max = _column_reduce(rows, torch.amin), _column_reduce(rows, torch.amax)
+        c_sum = rows.sum(0, dtype=torch.float32)
         lo, hi, total = c_min.min().item(), c_max.max().item(), c_sum.double().sum().item()
     else:
         lo_t, hi_t = torch.aminmax(flat)

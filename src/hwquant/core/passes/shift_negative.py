@@ -194,13 +194,38 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     return add, pad
 
 
+def _shift_statistics(state: "PipelineState", plan: _Plan, add: Node, pad: Optional[Node],
+                      uniform_shapes: bool) -> List[str]:
+    """The statistics of the tensors the shift created or moved, derived from those collected (the
+    add and the bypass ops hold x + c; a pad node also its border of c), so that no pass over the
+    data is needed. Returns the names that could not be derived (to collect from data): a pad
+    whose border size varies (calibration batches of several sizes) or whose input was not observed."""
+    stats, c = state.statistics, plan.shift
+    stats[add.name] = stats[plan.act.name].shifted(c)
+    for node in plan.bypass:
+        if node.name in stats:
+            stats[node.name] = stats[node.name].shifted(c)
+    if pad is None:
+        return []
+    source = stats.get(pad.inputs[0])
+    shape_in, shape_out = state.graph.node(pad.inputs[0]).output_shape, pad.output_shape
+    if not (uniform_shapes and source is not None and source.count
+            and isinstance(shape_in, tuple) and isinstance(shape_out, tuple) and len(shape_in) == len(shape_out) > 2
+            and all(isinstance(d, int) for d in shape_in[1:] + shape_out[1:])):
+        return [pad.name]
+    area_in, area_out = math.prod(shape_in[2:]), math.prod(shape_out[2:])
+    samples = source.count // shape_in[1] // area_in
+    stats[pad.name] = source.shifted(0.0).add_constant(c, samples * shape_in[1] * (area_out - area_in))
+    return []
+
+
 def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[Any]]) -> int:
     """Shift every eligible activation (see the module docstring); returns how many. `data` is the
     representative data (iterated once more, only if something was shifted) to collect the
     statistics of the new tensors. Needs the final configs' activation parameters."""
     from hwquant.core.pipeline import collect_statistics, set_activation_params, set_weights_params  # (circular at import time)
 
-    adds, bypassed, pads, layers = [], [], [], []
+    adds, bypassed, layers, recollect = [], [], [], []
     for act in state.graph:
         plan = _plan(state, act)
         if plan is None:
@@ -213,13 +238,14 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
             continue
         add, pad = _apply(state, plan)
         adds.append(add)
-        pads += [pad] if pad is not None else []
         bypassed += [n for n in plan.bypass if n.final_config is not None
                      and n.final_config.activation_quantization_cfg.quantized]
         layers.append(plan.layer)
+        recollect += _shift_statistics(state, plan, add, pad, getattr(data, "uniform_shapes", False))
     if not adds:
         return 0
-    collect_statistics(state, [n.name for n in adds + bypassed + pads], data)
+    if recollect:
+        collect_statistics(state, recollect, data)
     for add in adds:
         a = add.final_config.activation_quantization_cfg
         if a.shift_negative_threshold_recalculation:
