@@ -147,3 +147,54 @@ def test_output_mean_shift_of_a_grouped_conv_reads_each_groups_channels():
     err[3, 1] = 1.0  # output 3 is in group 1 (channels 2, 3): it reads channel 3
     g = LinearGeometry("conv", 4, 4, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), groups=2)
     assert np.allclose(output_mean_shift(err, g, np.array([1.0, 2.0, 3.0, 4.0])), [0, 0, 0, 4.0])
+
+
+@pytest.mark.parametrize("helps", [True, False])
+def test_bias_correction_is_kept_only_where_it_lowers_the_output_error(helps, monkeypatch):
+    from hwquant.core.pipeline import bias_correction_where_it_helps
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1, bias=False)).eval()
+    batches = [[torch.randn(4, 3, 8, 8) + 1.0] for _ in range(3)]
+    state = _state(model, batches)
+    for node in state.graph:
+        if "weight" in node.weights:
+            _coarsen(node)
+    before = {n.name: copy.deepcopy(n.weights.get("bias")) for n in state.graph if "weight" in n.weights}
+    seen = {}
+
+    def judged(self, reference, models, data, max_samples):
+        seen["models"] = len(models)
+        return [2.0, 1.0] if helps else [1.0, 2.0]  # (without, with)
+    monkeypatch.setattr(PytorchAdapter, "relative_output_errors", judged)
+    corrected = bias_correction_where_it_helps(state, batches)
+    assert seen["models"] == 2 and state.report["bias_correction_error"] == (
+        {"without": 2.0, "with": 1.0} if helps else {"without": 1.0, "with": 2.0})
+    assert corrected == (2 if helps else 0)
+    for name, bias in before.items():
+        now = state.graph.node(name).weights.get("bias")
+        if helps:
+            assert now is not None and (bias is None or not np.allclose(now, bias))
+        else:  # undone: the same biases (a layer that had none keeps a zero one)
+            np.testing.assert_array_equal(now, bias if bias is not None else np.zeros_like(now))
+
+
+def test_bias_correction_judge_measures_real_output_errors():
+    """End to end: the two errors are the relative output errors of the models with and without the
+    correction, and the kept one is the smaller."""
+    from hwquant.core.pipeline import bias_correction_where_it_helps
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
+    batches = [[torch.randn(4, 3, 8, 8) + 1.0] for _ in range(3)]
+    state = _state(model, batches)
+    for node in state.graph:
+        if "weight" in node.weights:
+            _coarsen(node, bits=2)
+    bias_correction_where_it_helps(state, batches)
+    errors = state.report["bias_correction_error"]
+    assert 0 < errors["with"] and 0 < errors["without"] and errors["with"] != errors["without"]
+    x = torch.cat([b[0] for b in batches])
+    q = state.adapter.fake_quantized_model(state.graph)
+    with torch.no_grad():
+        ref = model(x)
+        err = float((q(x) - ref).pow(2).sum() / ref.pow(2).sum())
+    assert err == pytest.approx(min(errors.values()), rel=1e-4)

@@ -143,3 +143,12 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
     def build(self, graph: Graph, quantized: bool) -> Any:
         """The framework model of `graph` (quantized: with the nodes' final quantization)."""
 
+    def fake_quantized_model(self, graph: Graph) -> Any:
+        """The quantized model on the framework's float path (fake-quantized kernels), for measuring
+        output errors: the same outputs as ``build(graph, quantized=True)`` up to float rounding."""
+
+    def relative_output_errors(self, reference: Any, models: Sequence[Any], data: Iterable[List[Any]],
+                               max_samples: int) -> List[float]:
+        """Each model's squared output error against ``reference``'s over its output energy, on the
+        first ``max_samples`` samples of ``data`` (whole batches)."""
+

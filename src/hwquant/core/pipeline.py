@@ -171,6 +171,16 @@ def set_bias(node: Node, adapter: FrameworkAdapter, bias: np.ndarray) -> None:
         set_weights_params(node.final_config, node.weights, attrs=[bias_attr])
 
 
+def restore_biases(graph: Graph, adapter: FrameworkAdapter, biases: Dict[str, Optional[np.ndarray]]) -> None:
+    """Set each named layer's bias back to ``biases[name]``; None (the layer had none): a zero bias,
+    if it has got one since (the same function)."""
+    for name, bias in biases.items():
+        node = graph.node(name)
+        current = node.weights.get(adapter.bias_attr(node))
+        if bias is not None or current is not None:
+            set_bias(node, adapter, bias if bias is not None else np.zeros_like(current))
+
+
 def add_to_bias(node: Node, adapter: FrameworkAdapter, shift: np.ndarray) -> None:
     """Shift a linear layer's bias by ``shift`` (a layer without one gets ``shift``): see set_bias."""
     bias = node.weights.get(adapter.bias_attr(node))
@@ -209,7 +219,41 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
         state.report["input_scaled"] = apply_input_scaling(state)
     if qc.shift_negative_activation_correction:
         state.report["shift_negative"] = apply_shift_negative_correction(state, data)
-    if keep_float_graph:
+    if keep_float_graph:  # (GPTQ: it corrects the biases again after training, its own way)
         state.float_graph = copy.deepcopy(state.graph)
-    state.report["bias_corrected"] = apply_bias_correction(state)
+        state.report["bias_corrected"] = apply_bias_correction(state)
+    else:
+        state.report["bias_corrected"] = bias_correction_where_it_helps(state, data)
     return state
+
+
+# Samples (whole batches) of the representative data on which bias correction is judged.
+BIAS_CORRECTION_JUDGE_SAMPLES = 32
+
+
+def bias_correction_where_it_helps(state: PipelineState, data: Iterable[List[Any]]) -> int:
+    """Analytic bias correction, kept only if the quantized model's output is closer to the float
+    model's with it than without, on the first BIAS_CORRECTION_JUDGE_SAMPLES representative samples.
+
+    The correction ``(W - Q(W)) E[x]`` removes each layer's own mean error, assuming float inputs;
+    in the quantized model the activation quantizers add mean errors of their own, which the
+    uncorrected kernels' happened to offset on some nets (MTCNN O-Net, 64 held-out faces: 35.0 dB
+    without, 33.9 dB with; on EfficientNet-Lite0 it is worth 4 dB). Returns the layers corrected
+    (0 when it was undone); the two errors go to state.report["bias_correction_error"]."""
+    adapter = state.adapter
+    layers = [n for n in state.graph if adapter.bias_attr(n) is not None and adapter.kernel_attr(n) in n.weights]
+    biases = {n.name: (None if n.weights.get(adapter.bias_attr(n)) is None else np.array(n.weights[adapter.bias_attr(n)]))
+              for n in layers}
+    reference, uncorrected = adapter.build(state.graph, quantized=False), adapter.fake_quantized_model(state.graph)
+    corrected = apply_bias_correction(state)
+    if not corrected:
+        return 0
+    errors = adapter.relative_output_errors(reference, [uncorrected, adapter.fake_quantized_model(state.graph)],
+                                            data, BIAS_CORRECTION_JUDGE_SAMPLES)
+    state.report["bias_correction_error"] = {"without": errors[0], "with": errors[1]}
+    if errors[0] < errors[1]:
+        restore_biases(state.graph, adapter, biases)
+        log.info("bias correction undone: the output error on the representative data is %.3g without it, %.3g "
+                 "with it", errors[0], errors[1])
+        return 0
+    return corrected

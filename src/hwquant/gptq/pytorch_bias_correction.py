@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from hwquant.core.graph import Graph
-from hwquant.gptq.pytorch_hessian import flat_tensors
+from hwquant.torch.output_error import error_and_energy, flat_tensors
 from hwquant.torch.builder import build_module
 from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_means, correct_output_means
 
@@ -44,21 +44,9 @@ def _output_error(graph: Graph, targets: List[List[torch.Tensor]], batches: List
     model = build_module(graph, FakeQuantizers()).to(device).eval()
     err = energy = 0.0
     for x, target in zip(batches, targets):
-        for q, f in zip(flat_tensors(model(*x)), target):
-            if f.is_floating_point():
-                err += float((q.double() - f.double()).pow(2).sum())
-                energy += float(f.double().pow(2).sum())
+        e, f = error_and_energy(flat_tensors(model(*x)), target)
+        err, energy = err + e, energy + f
     return err / max(energy, 1e-30)
-
-
-def _set_biases(graph: Graph, adapter: Any, biases: Dict[str, Optional[np.ndarray]]) -> None:
-    """Set each layer's bias; None (the layer had none): a zero bias, if it has got one since."""
-    from hwquant.core.pipeline import set_bias  # the pipeline imports the torch adapter
-    for name, bias in biases.items():
-        node = graph.node(name)
-        current = node.weights.get(adapter.bias_attr(node))
-        if bias is not None or current is not None:
-            set_bias(node, adapter, bias if bias is not None else np.zeros_like(current))
 
 
 def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
@@ -71,6 +59,7 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     one looks better than it is: MobileNetV2, 64 crops: better on them, worse on held-out crops); if
     it wins, it is fitted again on every sample.
     Returns what was chosen and why."""
+    from hwquant.core.pipeline import restore_biases  # the pipeline imports the torch adapter
     if not layers:
         install_kernels(graph, adapter, kernels)
         return {"bias_correction": None, "bias_corrected": []}
@@ -96,9 +85,9 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     errors = {"measured": _output_error(graph, targets, batches, adapter.device),
               "analytic": _output_error(other, targets, batches, adapter.device)}
     if errors["analytic"] < errors["measured"]:
-        _set_biases(graph, adapter, {name: other.node(name).weights.get(adapter.bias_attr(other.node(name)))
+        restore_biases(graph, adapter, {name: other.node(name).weights.get(adapter.bias_attr(other.node(name)))
                                      for name in layers})
     elif judge is not fit:  # measured it is: fit again on every sample (half the data left ~2 dB on the
-        _set_biases(graph, adapter, trained)  # table), from the trained biases: the secant steps depend on the start
+        restore_biases(graph, adapter, trained)  # table), from the trained biases: the secant steps depend on the start
         measured(samples)
     return {"bias_correction": min(errors, key=errors.get), "bias_corrected": corrected, "output_error": errors}

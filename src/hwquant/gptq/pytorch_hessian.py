@@ -14,20 +14,11 @@ from typing import Any, Iterable, List, Sequence
 
 import torch
 
+from hwquant.torch.output_error import flat_tensors
+
 from hwquant.logger import progress
 
 HESSIAN_ITERATIONS = 32  # random vectors per batch (the estimate's relative spread falls as 1 / sqrt)
-
-
-def flat_tensors(structure: Any) -> List[torch.Tensor]:
-    """The tensors of a model output (a tensor, or lists / tuples / dicts of them), in order."""
-    if isinstance(structure, torch.Tensor):
-        return [structure]
-    if isinstance(structure, dict):
-        structure = list(structure.values())
-    if isinstance(structure, (list, tuple)):
-        return [t for s in structure for t in flat_tensors(s)]
-    return []
 
 
 def _score(g: torch.Tensor, channel_axis: int, per_channel: bool) -> torch.Tensor:

@@ -80,6 +80,31 @@ class PytorchAdapter(PytorchCorrectionFacts):
     def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)
 
+    def fake_quantized_model(self, graph: Graph) -> torch.nn.Module:
+        from hwquant.torch.output_mean_correction import FakeQuantizers
+        return build_module(graph, FakeQuantizers()).to(self.device).eval()
+
+    def relative_output_errors(self, reference: torch.nn.Module, models: Sequence[torch.nn.Module],
+                               data: Iterable[List[Any]], max_samples: int) -> List[float]:
+        from hwquant.torch.output_error import relative_output_errors
+        models = [reference.eval(), *models]
+        fast = all(_has_conv2d(m) and not _has_view(m) for m in models)  # (see collect_statistics)
+        layout = torch.channels_last if fast else torch.contiguous_format
+
+        def batches():
+            for batch in data:
+                yield [_channels_last(t.to(self.device)) if fast else t.to(self.device) for t in batch]
+        try:
+            return relative_output_errors(models[0].to(memory_format=layout),
+                                          [m.to(memory_format=layout) for m in models[1:]], batches(), max_samples)
+        except RuntimeError:
+            if not fast:
+                raise
+            fast = False
+            return relative_output_errors(models[0].to(memory_format=torch.contiguous_format),
+                                          [m.to(memory_format=torch.contiguous_format) for m in models[1:]],
+                                          batches(), max_samples)
+
     def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool) -> torch.nn.Module:
         model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
         return model.to(self.device).eval()
