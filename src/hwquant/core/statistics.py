@@ -356,12 +356,11 @@ class TensorStatistics:
             return self
         if count % channels:
             raise ValueError(f"{count} values do not spread evenly over {channels} channels")
-        n, count_per_channel = count, count // channels
-        sample = np.full(min(n, self.max_hist_samples_per_batch), value, np.float64)
-        summary = BatchSummary(n, value, value, value, 0.0, sample)
+        sample = np.full(min(count, self.max_hist_samples_per_batch), value, np.float64)
+        summary = BatchSummary(count, value, value, value, 0.0, sample)
         if self.per_channel:
             summary.channel_min = summary.channel_max = np.full(channels, value, np.float64)
-            summary.channel_sum = np.full(channels, value * count_per_channel, np.float64)
+            summary.channel_sum = np.full(channels, value * (count // channels), np.float64)
         return self.add(summary)
 
     def _copy_from(self, other: "TensorStatistics") -> None:

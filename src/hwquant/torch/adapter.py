@@ -88,22 +88,19 @@ class PytorchAdapter(PytorchCorrectionFacts):
                                data: Iterable[List[Any]], max_samples: int) -> List[float]:
         from hwquant.torch.output_error import relative_output_errors
         models = [reference.eval(), *models]
-        fast = all(_has_conv2d(m) and not _has_view(m) for m in models)  # (see collect_statistics)
-        layout = torch.channels_last if fast else torch.contiguous_format
-
-        def batches():
-            for batch in data:
-                yield [_channels_last(t.to(self.device)) if fast else t.to(self.device) for t in batch]
-        try:
-            return relative_output_errors(models[0].to(memory_format=layout),
-                                          [m.to(memory_format=layout) for m in models[1:]], batches(), max_samples)
-        except RuntimeError:
-            if not fast:
-                raise
-            fast = False
-            return relative_output_errors(models[0].to(memory_format=torch.contiguous_format),
-                                          [m.to(memory_format=torch.contiguous_format) for m in models[1:]],
-                                          batches(), max_samples)
+        # channels-last first where collect_statistics would use it, contiguous if the model refuses it
+        fast = all(_has_conv2d(m) and not _has_view(m) for m in models)
+        for channels_last in ([True, False] if fast else [False]):
+            layout = torch.channels_last if channels_last else torch.contiguous_format
+            models = [m.to(memory_format=layout) for m in models]
+            batches = ([_channels_last(t.to(self.device)) if channels_last else t.to(self.device) for t in batch]
+                       for batch in data)
+            try:
+                return relative_output_errors(models[0], models[1:], batches, max_samples)
+            except RuntimeError:
+                if not channels_last:
+                    raise
+        raise AssertionError("unreachable")
 
     def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool) -> torch.nn.Module:
         model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))

@@ -38,10 +38,10 @@ def relative_output_errors(reference: torch.nn.Module, models: Sequence[torch.nn
     for batch in batches:
         targets = flat_tensors(reference(*batch))
         for i, model in enumerate(models):
-            err, e = error_and_energy(flat_tensors(model(*batch)), targets)
+            err, batch_energy = error_and_energy(flat_tensors(model(*batch)), targets)
             errors[i] += err
-        energy += e if models else 0.0
-        seen += len(batch[0]) if batch and hasattr(batch[0], "__len__") else 1
+        energy += batch_energy if models else 0.0
+        seen += len(batch[0])
         if seen >= max_samples:
             break
     return [err / max(energy, 1e-30) for err in errors]

@@ -25,11 +25,12 @@ The graph computes the same float function; `apply_shift_negative_correction` ed
   `shift_negative_threshold_recalculation`, params recomputed from the shifted statistics;
 - the activation's own output is no longer quantized (it is fused into the add; MCT keeps it at
   16 bits, i.e. near-float); it joins the add in a fused group;
-- statistics: the add node, the bypass ops and the pad node have new tensors; they are collected
-  again (one pass over `data`, for all corrected activations together) into `state.statistics`,
-  so every statistics entry describes the graph as it now is (bias correction then reads the
-  layer's shifted input mean), and the bypass ops' quantization parameters are recomputed from
-  them (they become unsigned).
+- statistics: the add node, the bypass ops and the pad node have new tensors; their statistics
+  are derived from the collected ones (x + c: `TensorStatistics.shifted`; a pad also gets its
+  border of c), so every statistics entry describes the graph as it now is (bias correction then
+  reads the layer's shifted input mean), and the bypass ops' quantization parameters are
+  recomputed from them (they become unsigned). Only a pad whose border size varies between
+  batches, or whose input was not observed, is collected again (one pass over `data`).
 
 Runs after `compute_parameters` (it needs the activation's threshold), before bias correction.
 Acts per node, where the final config says shift_negative_activation_correction (copied from
@@ -221,8 +222,8 @@ def _shift_statistics(state: "PipelineState", plan: _Plan, add: Node, pad: Optio
 
 def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[Any]]) -> int:
     """Shift every eligible activation (see the module docstring); returns how many. `data` is the
-    representative data (iterated once more, only if something was shifted) to collect the
-    statistics of the new tensors. Needs the final configs' activation parameters."""
+    representative data, iterated once more only for a pad whose statistics cannot be derived
+    (see _shift_statistics). Needs the final configs' activation parameters."""
     from hwquant.core.pipeline import collect_statistics, set_activation_params, set_weights_params  # (circular at import time)
 
     adds, bypassed, layers, recollect = [], [], [], []
