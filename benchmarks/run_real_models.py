@@ -1,5 +1,6 @@
 """Real models benchmark: pretrained networks shipped by packages beyond torchvision (a transformer
-text encoder, LSTM / GRU models, detectors, OCR models, a small MobileNetV3 classifier), quantized
+text encoder, LSTM / GRU models, detectors, OCR models, a small MobileNetV3 classifier, a voice
+activity detector with an STFT front end), quantized
 by hwquant, by MCT 2.6.1 (its own venv) and by ONNX Runtime's quantize_static, in one run.
 
     bash benchmarks/fetch_real_models.sh && bash benchmarks/setup_peers.sh
@@ -7,7 +8,8 @@ by hwquant, by MCT 2.6.1 (its own venv) and by ONNX Runtime's quantize_static, i
     .venv/bin/python benchmarks/run_real_models.py --no-write --models mtcnn_onet efficientnet_lite0
 
 Each tool quantizes with its defaults on the same calibration samples (hwquant and MCT with the
-IMX500 1.0 TPC; ONNX Runtime QDQ, per-channel int8 weights, int8 activations, MinMax calibration)
+IMX500 1.0 TPC; ONNX Runtime QDQ, per-channel int8 weights, int8 activations, MinMax calibration;
+hwquant again with the TFLite TPC, whose uniform activations are ORT's grid)
 and is evaluated on other samples against the float model: whether it captured the model, wall time
 of the quantization call, output SQNR (all outputs, flattened) and a task agreement with the float
 model (cosine of embeddings, decoded CTC strings, text-region F1, face decisions, top-1).
@@ -15,7 +17,9 @@ model (cosine of embeddings, decoded CTC strings, text-region F1, face decisions
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import math
 import platform
 import sys
@@ -101,11 +105,14 @@ TASKS: Dict[str, tuple] = {  # name: (metric label, function of (float, quantize
     "mtcnn_onet": ("face-decision agreement", _face_decisions(slice(14, 16))),
     "efficientnet_lite0": ("top-1 agreement", _top1),
     "ppocr_cls_mobilenetv3": ("top-1 agreement", _top1),
+    "silero_vad_stft": ("speech-decision agreement", lambda ref, out: float(((ref > 0.5) == (out > 0.5)).float().mean())),
 }
 
 
 # ---- the three tools ---------------------------------------------------------------------------
-def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int) -> dict:
+def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int, device: str = "imx500") -> dict:
+    """hwquant PTQ with its defaults on `device`'s TPC (imx500: the default one; tflite: uniform
+    activations, the grid ONNX Runtime's QDQ uses)."""
     import hwquant as mct
 
     def rep_gen():
@@ -113,7 +120,8 @@ def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], bat
             yield [t[i:i + batch] for t in calib]
     t0 = time.perf_counter()
     try:
-        q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen)
+        tpc = mct.get_target_platform_capabilities("pytorch", device)
+        q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, target_platform_capabilities=tpc)
     except Exception as e:  # noqa: BLE001 - reported in the table
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
     return {"seconds": time.perf_counter() - t0, "out": flat_outputs(q, evals)}
@@ -125,14 +133,22 @@ def run_onnxruntime(model, calib: List[torch.Tensor], evals: List[torch.Tensor],
 
     names = [f"input_{i}" for i in range(len(calib))]
     float_path, q_path = work / "float.onnx", work / "ort_int8.onnx"
-    try:
-        with warnings.catch_warnings():
+    def export(dynamo: bool):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
-            torch.onnx.export(model.eval(), tuple(t[:1] for t in calib), str(float_path), dynamo=False,
-                              opset_version=17, input_names=names,
-                              dynamic_axes={n: {0: "batch"} for n in names})
-    except Exception as e:  # noqa: BLE001
-        return {"error": f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+            if dynamo:  # fixed batch size: evaluation runs in batches of `batch`
+                torch.onnx.export(model.eval(), tuple(t[:batch] for t in calib), str(float_path), dynamo=True,
+                                  opset_version=18, input_names=names, verbose=False)
+            else:
+                torch.onnx.export(model.eval(), tuple(t[:1] for t in calib), str(float_path), dynamo=False,
+                                  opset_version=17, input_names=names, dynamic_axes={n: {0: "batch"} for n in names})
+    try:
+        export(dynamo=False)
+    except Exception:  # noqa: BLE001 - the legacy exporter refuses some ops (LSTMCell's unsafe_chunk)
+        try:
+            export(dynamo=True)
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
 
     class Reader:
         def __init__(self):
@@ -193,8 +209,9 @@ def main(argv=None) -> None:
             theirs = {"seconds": theirs["ptq_seconds"], "out": theirs["eval_logits"]}
         (work / name).mkdir(exist_ok=True)
         ort_res = run_onnxruntime(rm.model, calib, evals, args.batch, work / name)
+        ours_tflite = run_hwquant(rm.model, calib, evals, args.batch, device="tflite")
         row = (f"| {name} | {params / 1e6:.2f} M | {label} | {_cell(ours, ref, task)} | {_cell(theirs, ref, task)} "
-               f"| {_cell(ort_res, ref, task)} |")
+               f"| {_cell(ours_tflite, ref, task)} | {_cell(ort_res, ref, task)} |")
         rows.append(row)
         print(row, flush=True)
 
@@ -202,9 +219,11 @@ def main(argv=None) -> None:
             f"`benchmarks/run_real_models.py`: {args.calib} calibration samples and {args.eval} other evaluation "
             "samples per model (`benchmarks/real_models.py`: real images and rendered text lines, synthetic "
             "speech), each tool with its defaults (hwquant and MCT: IMX500 1.0 TPC; ONNX Runtime: QDQ, per-channel "
-            "int8 weights, int8 activations, MinMax). Each cell: quantization wall time, output SQNR against "
-            "float (all outputs flattened), task agreement with the float model.\n\n"
-            "| model | params | task agreement | hwquant | MCT 2.6.1 | ONNX Runtime |\n|---|---|---|---|---|---|\n"
+            "int8 weights, int8 activations, MinMax; against it, hwquant with the TFLite TPC, uniform activations "
+            "as in ORT's QDQ). Each cell: quantization wall time, output SQNR against float (all outputs "
+            "flattened), task agreement with the float model.\n\n"
+            "| model | params | task agreement | hwquant (IMX500) | MCT 2.6.1 (IMX500) | hwquant (TFLite) | ONNX Runtime |\n"
+            "|---|---|---|---|---|---|---|\n"
             + "\n".join(rows))
     report.publish(SECTION, body, write=not args.no_write)
 

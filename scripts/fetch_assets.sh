@@ -35,8 +35,9 @@ fetch_deb dataset-fashion-mnist usr/share/datasets/fashion-mnist
 fetch_deb opencv-doc usr/share/doc/opencv-doc/examples/data
 rm -rf "$ASSETS/deb/usr/share/doc/opencv-doc/opencv4"  # 240 MB of HTML docs; only the sample images are used
 
-# Image decoding, sample photos and the ONNX Runtime peer live in .venv itself.
-if ! "$VPY" -c "import PIL, skimage, onnx, onnxruntime" 2>/dev/null; then
-    "$VPY" -m pip install --quiet pillow scikit-image onnx onnxruntime
+# Image decoding, sample photos and the ONNX Runtime peer live in .venv itself (onnxscript: torch's
+# dynamo ONNX exporter, which the peer falls back to where the legacy one refuses, e.g. LSTMCell).
+if ! "$VPY" -c "import PIL, skimage, onnx, onnxruntime, onnxscript" 2>/dev/null; then
+    "$VPY" -m pip install --quiet pillow scikit-image onnx onnxruntime onnxscript
 fi
 echo "assets ready in $ASSETS"

@@ -76,6 +76,11 @@ def test_tflite():
     softmax = tpc.get_config_options_by_operators_set("Softmax").base_config
     assert (softmax.fixed_scale, softmax.fixed_zero_point) == (1 / 256, -128)
     assert tpc.get_config_options_by_operators_set("Reshape").base_config.quantization_preserving
+    # TFLite's int8 spec: every activation uniform (MCT's TPC gives kernel-less ops power-of-two), and a
+    # kernel op carries its ReLU fused (no AddBias between them in a PyTorch conv)
+    assert tpc.get_default_op_quantization_config().activation_quantization_method is M.UNIFORM
+    assert tpc.get_config_options_by_operators_set("Sigmoid").base_config.activation_quantization_method is M.UNIFORM
+    assert "Conv_FullyConnected_ReLU_Elu" in [p.name for p in tpc.fusing_patterns]
 
 
 def test_qnnpack():

@@ -132,9 +132,10 @@ def _row_chunks(n_rows: int, per_row: int):
 
 
 def _lp_errors(x: np.ndarray, w: Optional[np.ndarray], params: Sequence[np.ndarray], make: ParamsFn,
-               p: int) -> np.ndarray:
+               p: int, value_map: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> np.ndarray:
     """(R, T): mean over each row of ``|x - fq(x)|**p`` (weighted by ``w`` when given) for every
-    candidate. x: (R, K) values; params: arrays (R, T) of candidate parameters."""
+    candidate; with ``value_map`` f, of ``|f(x) - f(fq(x))|**p``. x: (R, K) values; params: arrays
+    (R, T) of candidate parameters."""
     R, K = x.shape
     T = params[0].shape[1]
     err = np.zeros((R, T))
@@ -148,7 +149,10 @@ def _lp_errors(x: np.ndarray, w: Optional[np.ndarray], params: Sequence[np.ndarr
             xb = np.broadcast_to(x[r0:r1, None, k0:k1], (r, T, k1 - k0)).reshape(r * T, k1 - k0)
             d = fake_quantize(xb, grid)
             d = d.astype(exact_dtype) if exact_dtype else d
-            d -= xb
+            if value_map is None:
+                d -= xb
+            else:
+                d = value_map(d) - value_map(xb)
             np.abs(d, out=d)
             if p == 2:
                 d *= d
@@ -423,7 +427,8 @@ def _finish(result: dict, n_bits: int, per_channel: bool) -> dict:
 def activation_quantization_params(method, n_bits: int, error_method, stats: TensorStatistics,
                                    signedness=Signedness.AUTO, min_threshold: float = MIN_THRESHOLD,
                                    l_p_value: int = 2, z_threshold: float = math.inf,
-                                   lut_values_bitwidth: int = LUT_VALUES_BITWIDTH) -> dict:
+                                   lut_values_bitwidth: int = LUT_VALUES_BITWIDTH,
+                                   value_map: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> dict:
     """Quantization params of an activation from its collected statistics (histogram).
 
     Returns POWER_OF_TWO / SYMMETRIC: ``{THRESHOLD: float, SIGNED: bool}``; UNIFORM:
@@ -436,7 +441,9 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     negatives to 0; UNIFORM with Signedness.UNSIGNED drops the negative side of the range).
     ``z_threshold`` (finite) first drops the histogram mass outside mean +- z * std (and clips the
     range to it). Errors are computed on the histogram bin centres weighted by their counts.
-    HMSE falls back to MSE (no Hessian scores here). Raises ValueError on empty statistics.
+    HMSE falls back to MSE (no Hessian scores here). ``value_map`` f (numpy, element-wise): the
+    MSE / MAE / LP errors compare f(x) with f(q(x)), the values the tensor's reader passes on
+    (core/consumer_error.py); KL and NOCLIPPING ignore it. Raises ValueError on empty statistics.
     """
     method, n_bits, error_method, min_threshold, l_p_value = _check_common(
         method, n_bits, error_method, min_threshold, l_p_value)
@@ -470,7 +477,7 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
         out[SIGNED] = bool(signed)
         return out
 
-    scorer = _histogram_scorer(error_method, l_p_value, c, h)
+    scorer = _histogram_scorer(error_method, l_p_value, c, h, value_map)
     lo0 = np.array([0.0 if signedness == Signedness.UNSIGNED else min(lo, 0.0)])
     hi0 = np.array([max(hi, 0.0)])
     out = _finish(_select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_threshold, _ACT),
@@ -480,13 +487,13 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     return out
 
 
-def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: np.ndarray):
+def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: np.ndarray, value_map=None):
     """maker -> score(params) over (R, B) centres / counts."""
     def scorer(make):
         if error_method == QuantizationErrorMethod.KL:
             return lambda params: _kl_errors(c, h, params, make)
         p = _p_of(error_method, l_p_value)
-        return lambda params: _lp_errors(c, h, params, make, p)
+        return lambda params: _lp_errors(c, h, params, make, p, value_map)
     return scorer
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from hwquant.core import candidates as cand
 from hwquant.core.config import CoreConfig, ResourceUtilization
+from hwquant.core.consumer_error import ValueMap, consumer_value_map
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node
 from hwquant.core.node_config import NodeQuantizationConfig
@@ -129,7 +130,10 @@ def _fixed_range(cfg) -> Dict[str, float]:
     return {RANGE_MIN: (lo_int - zp) * a.fixed_scale, RANGE_MAX: (hi_int - zp) * a.fixed_scale}
 
 
-def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics) -> None:
+def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics,
+                          value_map: Optional[ValueMap] = None) -> None:
+    """The activation's quantization parameters from its statistics; ``value_map``: the element-wise
+    function its readers apply, to judge the error after it (core/consumer_error.py)."""
     a = config.activation_quantization_cfg
     if not a.quantized:
         return
@@ -139,7 +143,8 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
         return
     a.activation_quantization_params = activation_quantization_params(
         a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,
-        signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold)
+        signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold,
+        value_map=value_map)
 
 
 def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray],
@@ -193,9 +198,10 @@ def compute_parameters(state: PipelineState, all_candidates: bool = False) -> No
         configs = list(node.candidates) if all_candidates else []
         if node.final_config is not None:
             configs.append(node.final_config)
+        value_map = consumer_value_map(state.graph, state.adapter, node) if node.name in state.statistics else None
         for cfg in configs:
             if node.name in state.statistics:
-                set_activation_params(cfg, state.statistics[node.name])
+                set_activation_params(cfg, state.statistics[node.name], value_map)
             set_weights_params(cfg, node.weights)
 
 

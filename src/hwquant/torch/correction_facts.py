@@ -26,11 +26,16 @@ _ACTIVATION_MODULES = [
     (nn.ReLU, "relu", True), (nn.LeakyReLU, "leaky_relu", True), (nn.PReLU, "prelu", True),
     (nn.SiLU, "silu", False), (nn.GELU, "gelu", False), (nn.Hardswish, "hardswish", False),
     (nn.ELU, "elu", False), (nn.Mish, "mish", False), (nn.CELU, "celu", False), (nn.SELU, "selu", False),
+    (nn.Sigmoid, "sigmoid", False), (nn.Tanh, "tanh", False), (nn.Hardsigmoid, "hardsigmoid", False),
 ]
 _ACTIVATION_FUNCTIONS = {
     F.relu: ("relu", True), torch.relu: ("relu", True), T.relu: ("relu", True),
     F.leaky_relu: ("leaky_relu", True), F.prelu: ("prelu", True), F.silu: ("silu", False),
     F.gelu: ("gelu", False), F.hardswish: ("hardswish", False), F.elu: ("elu", False), F.mish: ("mish", False),
+    torch.sigmoid: ("sigmoid", False), F.sigmoid: ("sigmoid", False), T.sigmoid: ("sigmoid", False),
+    torch.tanh: ("tanh", False), F.tanh: ("tanh", False), T.tanh: ("tanh", False),
+    F.hardsigmoid: ("hardsigmoid", False),
+    torch.sqrt: ("sqrt", False), T.sqrt: ("sqrt", False), torch.exp: ("exp", False), T.exp: ("exp", False),
 }
 _SHIFT_COMMUTING_MODULES = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.Identity, nn.Flatten,
                             nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,

@@ -1,6 +1,11 @@
 """TFLite 1.0: uniform 8-bit activations, symmetric per-channel 8-bit convolution kernels,
 per-tensor fully-connected kernels, fixed output quantization of softmax-like ops, and
-quantization-preserving data-movement ops."""
+quantization-preserving data-movement ops.
+
+Two departures from MCT's TFLite TPC, both to follow TFLite's int8 specification: every activation
+is uniform (MCT's gives ops without a kernel power-of-two thresholds, which TFLite does not have),
+and a kernel op fuses the ReLU / ELU after it (TFLite kernels carry a fused activation; a PyTorch
+conv holds its bias, so MCT's Conv + AddBias + ReLU pattern never matches there)."""
 from __future__ import annotations
 
 from hwquant.constants import BIAS_ATTR, FLOAT_BITWIDTH, KERNEL_ATTR, TFLITE_TPC
@@ -16,7 +21,7 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     if version not in VERSIONS:
         raise ValueError(f"TFLite TPC version '{version}' does not exist; available: {', '.join(VERSIONS)}")
     default_weight = attr(M.SYMMETRIC, 8, per_channel=False, enabled=False)
-    default = op(default_weight)
+    default = op(default_weight, activation=M.UNIFORM)
     linear = op(default_weight, activation=M.UNIFORM, simd=None, attrs={
         KERNEL_ATTR: attr(M.SYMMETRIC, 8, per_channel=True, enabled=True),
         BIAS_ATTR: attr(M.SYMMETRIC, FLOAT_BITWIDTH, per_channel=False, enabled=False)})
@@ -43,6 +48,7 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     by_name = {s.name: s for s in operator_set}
     kernel, act = [N.CONV.value, N.FULLY_CONNECTED.value], [N.RELU.value, N.ELU.value]
     patterns = (
+        fusing(kernel, act, by_name=by_name),
         fusing(kernel, [N.ADD_BIAS.value], by_name=by_name),
         fusing(kernel, [N.ADD_BIAS.value], act, by_name=by_name),
         fusing([N.CONV.value], [N.BATCH_NORM.value], act, by_name=by_name),
