@@ -363,3 +363,15 @@ def test_weights_search_looks_above_the_no_clipping_threshold():
         step = thr.reshape(-1, 1, 1, 1) / 128
         return ((np.clip(np.round(w / step), -128, 127) * step - w) ** 2).sum(axis=(1, 2, 3))
     assert (err(t) <= err(no) + 1e-12).all() and err(t).sum() < 0.8 * err(no).sum()
+
+
+def test_pot_clip_tolerance_takes_the_lower_power_of_two_only_when_it_clips_a_little():
+    # largest value 1.05: the no-clipping power of two is 2; 1 (largest grid value 127/128) clips 5.5 %
+    x = np.concatenate([np.random.default_rng(3).uniform(-1, 1, 10000), [1.05]]).astype(np.float32)
+    s = stats_of(x)
+    assert activation_quantization_params(Q.POWER_OF_TWO, 8, E.NOCLIPPING, s)[THRESHOLD] == 2.0
+    assert activation_quantization_params(Q.POWER_OF_TWO, 8, E.NOCLIPPING, s, pot_clip_tolerance=0.1)[THRESHOLD] == 1.0
+    assert activation_quantization_params(Q.POWER_OF_TWO, 8, E.NOCLIPPING, s, pot_clip_tolerance=0.05)[THRESHOLD] == 2.0
+    # largest value 1.5: the lower power of two would clip a third
+    s = stats_of(np.concatenate([x[:-1], [1.5]]).astype(np.float32))
+    assert activation_quantization_params(Q.POWER_OF_TWO, 8, E.NOCLIPPING, s, pot_clip_tolerance=0.1)[THRESHOLD] == 2.0

@@ -35,6 +35,9 @@ class ActivationQuantizationConfig:
     l_p_value: int = 2
     min_threshold: float = MIN_THRESHOLD
     z_threshold: float = float("inf")
+    # NOCLIPPING on a power-of-two grid may take the power of two below the no-clipping one when that
+    # clips the largest magnitude by at most this fraction (set on the model outputs: candidates.py)
+    pot_clip_tolerance: float = 0.0
     relu_bound_to_power_of_2: bool = False
     shift_negative_activation_correction: bool = False
     shift_negative_ratio: float = 0.05

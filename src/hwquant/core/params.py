@@ -428,7 +428,8 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
                                    signedness=Signedness.AUTO, min_threshold: float = MIN_THRESHOLD,
                                    l_p_value: int = 2, z_threshold: float = math.inf,
                                    lut_values_bitwidth: int = LUT_VALUES_BITWIDTH,
-                                   value_map: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> dict:
+                                   value_map: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+                                   pot_clip_tolerance: float = 0.0) -> dict:
     """Quantization params of an activation from its collected statistics (histogram).
 
     Returns POWER_OF_TWO / SYMMETRIC: ``{THRESHOLD: float, SIGNED: bool}``; UNIFORM:
@@ -443,7 +444,9 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     range to it). Errors are computed on the histogram bin centres weighted by their counts.
     HMSE falls back to MSE (no Hessian scores here). ``value_map`` f (numpy, element-wise): the
     MSE / MAE / LP errors compare f(x) with f(q(x)), the values the tensor's reader passes on
-    (core/consumer_error.py); KL and NOCLIPPING ignore it. Raises ValueError on empty statistics.
+    (core/consumer_error.py); KL and NOCLIPPING ignore it. ``pot_clip_tolerance`` (NOCLIPPING,
+    POWER_OF_TWO): take the power of two below the no-clipping one when its largest grid value is
+    within this fraction of the largest magnitude. Raises ValueError on empty statistics.
     """
     method, n_bits, error_method, min_threshold, l_p_value = _check_common(
         method, n_bits, error_method, min_threshold, l_p_value)
@@ -482,6 +485,12 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     hi0 = np.array([max(hi, 0.0)])
     out = _finish(_select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_threshold, _ACT),
                   n_bits, per_channel=False)
+    if pot_clip_tolerance > 0 and method == QuantizationMethod.POWER_OF_TWO \
+            and error_method == QuantizationErrorMethod.NOCLIPPING:
+        lower = out[THRESHOLD] / 2
+        top = lower * (1 - 2.0 ** -(n_bits - 1 if signed else n_bits))  # the grid's largest value
+        if lower >= min_threshold and top >= (1 - pot_clip_tolerance) * float(amax[0]):
+            out[THRESHOLD] = lower
     if method != QuantizationMethod.UNIFORM:
         out[SIGNED] = bool(signed)
     return out

@@ -144,7 +144,7 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
     a.activation_quantization_params = activation_quantization_params(
         a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,
         signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold,
-        value_map=value_map)
+        value_map=value_map, pot_clip_tolerance=a.pot_clip_tolerance)
 
 
 def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray],
