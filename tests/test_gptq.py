@@ -264,10 +264,10 @@ def test_result_is_an_ordinary_quantized_model_on_the_ptq_grid(setup, ptq_model)
     changed = 0
     for (name, w), (_, w_ptq) in zip(quantized.named_modules(), ptq_model.named_modules()):
         if isinstance(w, PytorchQuantizationWrapper):
-            kernel, q = w.layer.weight, w.weights_quantizers["weight"]
+            kernel, q = w.weight, w.weights_quantizers["weight"]
             assert torch.equal(q(kernel), kernel)  # learned weights lie on the grid
             assert q.params == w_ptq.weights_quantizers["weight"].params  # the PTQ grid
-            changed += int(not torch.equal(kernel, w_ptq.weights_quantizers["weight"](w_ptq.layer.weight)))
+            changed += int(not torch.equal(kernel, w_ptq.weights_quantizers["weight"](w_ptq.weight)))
     assert changed >= 1
     with torch.no_grad():
         assert torch.isfinite(quantized(held_out)).all()
@@ -319,7 +319,7 @@ def test_threshold_learning_updates_the_quantization_parameters(setup):
     quantized, _ = GPTQ(model, gen_of(data), core_config=W4, gptq_config=cfg)
     for m in quantized.modules():
         if isinstance(m, PytorchQuantizationWrapper):
-            kernel, q = m.layer.weight, m.weights_quantizers["weight"]
+            kernel, q = m.weight, m.weights_quantizers["weight"]
             assert torch.equal(q(kernel), kernel)
 
 

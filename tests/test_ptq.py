@@ -63,8 +63,8 @@ def test_quantized_model_structure_and_fidelity():
     holders = {n for n, m in q.named_modules() if isinstance(m, PytorchActivationQuantizationHolder)}
     assert wrappers == {"conv", "dw", "pw", "fc"}
     # conv -> relu and dw -> relu, pw -> relu6 are fused (IMX500): no quantizer between them
-    assert "conv_activation_holder" not in holders and "dw_activation_holder" not in holders
-    assert {"x_activation_holder", "relu_activation_holder", "relu6_activation_holder", "fc_activation_holder"} <= holders
+    assert "conv_activation_holder_quantizer" not in holders and "dw_activation_holder_quantizer" not in holders
+    assert {"x_activation_holder_quantizer", "relu_activation_holder_quantizer", "relu6_activation_holder_quantizer", "fc_activation_holder_quantizer"} <= holders
     x = torch.randn(32, 3, 12, 12)
     with torch.no_grad():
         assert sqnr(model(x), q(x)) > 20
@@ -82,7 +82,7 @@ def test_user_model_is_not_modified():
 
 def test_outputs_lie_on_the_activation_grid_and_kernels_on_the_weight_grid():
     q, _ = quantize()
-    holder = q.fc_activation_holder.activation_holder_quantizer
+    holder = q.fc_activation_holder_quantizer.activation_holder_quantizer
     out = q(torch.randn(4, 3, 12, 12)).detach().numpy()
     grid = quant_math.grid_values(holder.grid(), dtype=np.float32)
     assert np.isin(out, grid).all()
@@ -92,7 +92,7 @@ def test_outputs_lie_on_the_activation_grid_and_kernels_on_the_weight_grid():
             t = m.activation_holder_quantizer.params["threshold"]
             assert math.log2(t) == round(math.log2(t))
     pw = q.pw
-    wq = pw.weights_quantizers["weight"](pw.layer.weight).detach().numpy()
+    wq = pw.weights_quantizers["weight"](pw.weight).detach().numpy()
     scale = pw.weights_quantizers["weight"].scale.numpy().reshape(-1, 1, 1, 1)
     assert np.allclose(wq / scale, np.round(wq / scale), atol=1e-3)
 
@@ -236,14 +236,14 @@ def test_model_outputs_are_not_clipped_by_default():
     with torch.no_grad():
         peak = max(model(d).abs().max().item() for d in DATA)
     q, _ = quantize(model)
-    t = q.fc_activation_holder.activation_holder_quantizer.params["threshold"]
+    t = q.fc_activation_holder_quantizer.activation_holder_quantizer.params["threshold"]
     # no clipping, or (a power of two just below the peak) clipping it by at most 10 %
     assert t >= peak or t * 127 / 128 >= 0.9 * peak
     # None: the output is treated like every other activation (MSE may clip it)
     qc = mct.QuantizationConfig(output_activation_error_method=None, activation_error_method=mct.QuantizationErrorMethod.MAE)
     q2, _ = quantize(model, core_config=mct.CoreConfig(qc))
-    assert q2.fc_activation_holder.activation_holder_quantizer.params["threshold"] <= \
-        q.fc_activation_holder.activation_holder_quantizer.params["threshold"]
+    assert q2.fc_activation_holder_quantizer.activation_holder_quantizer.params["threshold"] <= \
+        q.fc_activation_holder_quantizer.activation_holder_quantizer.params["threshold"]
 
 
 def test_progress_bars_can_be_silenced_and_ptq_logs_to_the_log_folder(tmp_path, capsys):

@@ -339,7 +339,7 @@ def _replace_tensor(key, value):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("conv.layer.weight", torch.zeros(8, 3, 5, 5), r"'weight' has shape \(8, 3, 5, 5\), but the layer's attributes"),
+    ("conv.weight", torch.zeros(8, 3, 5, 5), r"'weight' has shape \(8, 3, 5, 5\), but the layer's attributes"),
     ("fc.layer.bias", torch.zeros(100000), r"'bias' has shape \(100000,\)"),
 ])
 def test_tensors_of_the_wrong_shape_are_refused(cnn, tmp_path, key, value, message):
@@ -353,21 +353,19 @@ def test_quantizer_channels_must_match_the_weight(cnn, tmp_path):
 
     def edit(record):
         wrapper = next(s for n, s in record["modules"]["children"] if s["kind"] == "wrapper")
-        quantizer = next(s for n, s in wrapper["children"] if n == "weights_quantizers")["children"][0][1]
-        items = quantizer["params"]["items"]
-        for item in items:
+        for item in wrapper["quantizers"]["weight"]["params"]["items"]:
             if isinstance(item[1], list):
                 item[1] = item[1] * 3
-    with pytest.raises(SavedModelError, match="its parameters imply"):  # params and buffers disagree
+    with pytest.raises(SavedModelError, match="has 24 channels, the weight 8"):
         load_quantized_model(_tampered(path, tmp_path, edit))
 
-    def edit_both(record):
-        edit(record)
-        for buffer in ("scale", "zero_point"):
-            key = f"conv.weights_quantizers.weight.{buffer}"
-            record["tensors"][key] = torch.cat([record["tensors"][key]] * 3)
-    with pytest.raises(SavedModelError, match="has 24 channels, the weight 8"):
-        load_quantized_model(_tampered(path, tmp_path, edit_both))
+    def per_tensor_with_many(record):
+        holder = next(s for n, s in record["modules"]["children"] if s["kind"] == "holder")
+        for item in holder["quantizer"]["params"]["items"]:
+            if item[0] == "threshold":
+                item[1] = [1.0, 2.0]
+    with pytest.raises(SavedModelError, match="per-tensor quantizer holds several values"):
+        load_quantized_model(_tampered(path, tmp_path, per_tensor_with_many))
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.5, 0.99])

@@ -195,7 +195,7 @@ def test_functional_layers_on_parameters_are_quantized_as_layers(branch):
     for w in wrapped:  # the kernels the model computes with are on an 8-bit grid
         kernel = w.quantized_weights()["weight"].detach()
         assert all(len(torch.unique(kernel[c])) <= 256 for c in range(kernel.shape[0]))
-        assert not torch.equal(kernel, w.layer.weight)
+        assert not torch.equal(kernel, w.weight)
     x = torch.randn(4, 3, 16, 16)
     f, o = model(x), q(x)
     assert 10 * torch.log10(f.pow(2).mean() / (f - o).pow(2).mean()) > 25

@@ -9,7 +9,7 @@ import torch
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod as QM
-from hwquant.torch.quantizers import InferableQuantizer
+from hwquant.torch.quantizers import InferableQuantizer, make_inferable_quantizer
 from hwquant.trainable_infrastructure import (BasePytorchTrainableQuantizer, QuantizationTarget,
                                               TrainableQuantizerActivationConfig, TrainableQuantizerWeightsConfig,
                                               TrainingMethod, VariableGroup, get_trainable_quantizer_class,
@@ -33,7 +33,8 @@ def wcfg(method=QM.SYMMETRIC, bits=4, params=None, per_channel=True, **over):
 
 def acfg(method=QM.POWER_OF_TWO, bits=8, params=None, **over):
     if params is None:
-        params = {"range_min": -0.7, "range_max": 3.1} if method == QM.UNIFORM else {"threshold": 3.0, "is_signed": True}
+        params = {"range_min": -0.7, "range_max": 3.1} if method == QM.UNIFORM else \
+            {"threshold": 4.0 if method == QM.POWER_OF_TWO else 3.0, "is_signed": True}
     kw = dict(activation_quantization_method=method, activation_n_bits=bits, activation_quantization_params=params,
               enable_activation_quantization=True, min_threshold=2 ** -16)
     kw.update(over)
@@ -151,8 +152,9 @@ def _reference(target, method):
     """The inferable quantizer of the config the trainable one starts from (the PTQ result)."""
     cfg = wcfg(method) if target == W else acfg(method)
     if target == W:
-        return InferableQuantizer(method, cfg.weights_n_bits, cfg.weights_quantization_params, channel_axis=0)
-    return InferableQuantizer(method, cfg.activation_n_bits, cfg.activation_quantization_params)
+        return make_inferable_quantizer(method, cfg.weights_n_bits, cfg.weights_quantization_params, channel_axis=0,
+                                        target="weights")
+    return make_inferable_quantizer(method, cfg.activation_n_bits, cfg.activation_quantization_params)
 
 
 @pytest.mark.parametrize("target,method,training", ALL)

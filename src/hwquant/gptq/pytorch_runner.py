@@ -84,6 +84,9 @@ class GradualActivationQuantizer(nn.Module):
     def grid(self):
         return self.quantizer.grid()
 
+    def initialize_quantization(self, tensor_shape, name: str = "", layer=None) -> None:
+        self.quantizer.initialize_quantization(tensor_shape, name, layer)
+
 
 @dataclass
 class _Student:
@@ -268,8 +271,8 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
             _, points = student.model(*x)
             kernels_q = kernels_f = None
             if cfg.loss is not None:  # a user's loss may look at the kernels
-                kernels_q = [[q(w.layer.weight)] for _, w, _, q in student.kernels]
-                kernels_f = [[w.layer.weight] for _, w, _, _ in student.kernels]
+                kernels_q = [[q(w.float_weight(a))] for _, w, a, q in student.kernels]
+                kernels_f = [[w.float_weight(a)] for _, w, a, _ in student.kernels]
             weights = loss_weights[dev_idx] if per_sample else loss_weights
             loss = loss_fn(points, target, kernels_q, kernels_f, [None] * len(points), [None] * len(points), weights)
             if cfg.regularization_factor:
@@ -326,7 +329,7 @@ def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> Dict
     for node, wrapper, attr, q in student.kernels:
         if q.quantization_parameter_learning:
             node.final_config.weights_quantization_cfg.attrs[attr].weights_quantization_params.update(q.inferable_params())
-        kernels[node.name] = q.quantized_weights(wrapper.layer.weight).cpu().numpy().astype(np.float32)
+        kernels[node.name] = q.quantized_weights(wrapper.float_weight(attr)).cpu().numpy().astype(np.float32)
         bias = getattr(wrapper.layer, "bias", None)
         if cfg.train_bias and isinstance(bias, nn.Parameter) and adapter.bias_attr(node) in node.weights:
             set_bias(node, adapter, bias.detach().cpu().numpy())

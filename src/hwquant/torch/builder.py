@@ -15,11 +15,13 @@ import numpy as np
 import torch
 import torch.fx as fx
 import torch.nn.functional as F
+from mct_quantizers.common.constants import ACTIVATION_HOLDER_QUANTIZER
 from torch import nn
 
 from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
 from hwquant.core.integer_accumulation import input_grid
-from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
+                                      make_inferable_quantizer)
 
 
 def _attr_name(name: str) -> str:
@@ -68,8 +70,9 @@ class QuantizerFactory:
         for attr, wc in cfg.weights_quantization_cfg.attrs.items():
             if wc.enable_weights_quantization and isinstance(attr, str) and attr in node.weights:
                 axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
-                out[attr] = InferableQuantizer(wc.weights_quantization_method, wc.weights_n_bits,
-                                               wc.weights_quantization_params, channel_axis=axis, target="weights")
+                out[attr] = make_inferable_quantizer(wc.weights_quantization_method, wc.weights_n_bits,
+                                                     wc.weights_quantization_params, channel_axis=axis,
+                                                     target="weights", input_rank=np.ndim(node.weights[attr]))
         return out
 
     def input_scale(self, graph: Graph, node: Node) -> Optional[float]:
@@ -87,8 +90,8 @@ class QuantizerFactory:
         ac = self.quantized_activation(node, cfg)
         if ac is None:
             return None
-        return InferableQuantizer(ac.activation_quantization_method, ac.activation_n_bits,
-                                  ac.activation_quantization_params, target="activation")
+        return make_inferable_quantizer(ac.activation_quantization_method, ac.activation_n_bits,
+                                        ac.activation_quantization_params, target="activation")
 
 
 def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory"] = None) -> nn.Module:
@@ -165,7 +168,8 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
         unquantized[node.name] = out
         aq = quantizers.activation(node) if quantizers else None
         if aq is not None:
-            placed.setdefault(node.name, {})["holder"] = register(f"{node.name}_activation_holder",
+            # mct-quantizers' name for a node's holder
+            placed.setdefault(node.name, {})["holder"] = register(f"{node.name}_{ACTIVATION_HOLDER_QUANTIZER}",
                                                                   PytorchActivationQuantizationHolder(aq))
             out = g.call_module(placed[node.name]["holder"], (out,))
         env[node.name] = out
@@ -176,4 +180,6 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     g.output(result)
     module = fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))
     module.meta["hwquant_placement"] = placed  # where each graph node's layer / activation holder went
+    if quantizers:  # what MCT's quantized model offers: node name -> the name of its holder
+        module.node_to_activation_quantization_holder = {n: p["holder"] for n, p in placed.items() if "holder" in p}
     return module

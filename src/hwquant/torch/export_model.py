@@ -15,11 +15,16 @@ from torch import nn
 
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
 from hwquant.torch.imx500_forms import rewrite_for_imx500
-from hwquant.torch.quantizers import InferableQuantizer
+from hwquant.torch.quantizers import InferableQuantizer, quantizer_slots, set_quantizer
+
+
+def _slot_name(path: str, weight: str) -> str:
+    return f"{path}.weights_quantizers.{weight}" if weight is not None else f"{path}.activation_holder_quantizer"
 
 
 def quantizers_of(model: nn.Module) -> Dict[str, InferableQuantizer]:
-    return {name: m for name, m in model.named_modules() if isinstance(m, InferableQuantizer)}
+    """The toolkit's inferable quantizers of ``model`` by where they sit."""
+    return {_slot_name(path, w): q for path, _, w, q in quantizer_slots(model) if isinstance(q, InferableQuantizer)}
 
 
 def spec_of(q: InferableQuantizer) -> QuantizerSpec:
@@ -46,7 +51,7 @@ class _MarkerFunction(torch.autograd.Function):
 class _MarkedQuantizer(nn.Module):
     def __init__(self, quantizer: InferableQuantizer):
         super().__init__()
-        # Not a submodule: the tracer must not see its buffers (they are read inside the Function).
+        # Not a submodule: what it reads happens inside the Function, out of the tracer's sight.
         self.__dict__["quantizer"] = quantizer
         self.spec_json = spec_of(quantizer).to_json()
         _TRACED_QUANTIZERS[id(quantizer)] = quantizer
@@ -57,10 +62,9 @@ class _MarkedQuantizer(nn.Module):
 
 def _with_markers(marked: nn.Module) -> nn.Module:
     """`marked` (an export copy) with each quantizer replaced by its marker, in place."""
-    for name in list(quantizers_of(marked)):
-        parent_name, _, child = name.rpartition(".")
-        parent = marked.get_submodule(parent_name) if parent_name else marked
-        setattr(parent, child, _MarkedQuantizer(getattr(parent, child)))
+    for _, owner, weight, q in list(quantizer_slots(marked)):
+        if isinstance(q, InferableQuantizer):
+            set_quantizer(owner, weight, _MarkedQuantizer(q))
     return marked
 
 

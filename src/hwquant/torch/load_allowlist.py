@@ -21,6 +21,7 @@ import operator
 import re
 from typing import Any, Callable, Dict, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -168,12 +169,12 @@ def check_layer_tensors(m: nn.Module, where: str) -> None:
     except (KeyError, TypeError, ZeroDivisionError) as e:
         raise ValueError(f"{where}: malformed layer attributes ({type(e).__name__}: {e})") from None
     for name, shape in expected.items():
-        t = m._parameters.get(name, m._buffers.get(name))
+        t = m._parameters.get(name, m._buffers.get(name, m.__dict__.get(name)))  # (or a wrapper's float weight)
         if t is not None and tuple(t.shape) != shape:
             raise ValueError(f"{where}: '{name}' has shape {tuple(t.shape)}, but the layer's attributes imply {shape}")
 
 
-def check_weight_quantizers(layer: nn.Module, quantizers: Dict[str, nn.Module], where: str) -> None:
+def check_weight_quantizers(layer: nn.Module, quantizers: Dict[str, Any], where: str) -> None:
     """Refuse a per-channel weight quantizer whose channel count is not its weight's."""
     for name, q in quantizers.items():
         weight, axis = getattr(layer, name, None), getattr(q, "channel_axis", None)
@@ -182,7 +183,9 @@ def check_weight_quantizers(layer: nn.Module, quantizers: Dict[str, nn.Module], 
         if not -weight.dim() <= axis < weight.dim():
             raise ValueError(f"{where}: the quantizer of '{name}' has channel axis {axis}, but the weight has "
                              f"{weight.dim()} dimensions")
-        values = q.grid().scale if hasattr(q, "scale") else q.threshold
-        if values.numel() not in (1, weight.shape[axis]):
-            raise ValueError(f"{where}: the quantizer of '{name}' has {values.numel()} channels, the weight "
+        grid = q.grid()
+        values = grid.threshold if hasattr(grid, "lut_values") else grid.scale
+        count = values.numel() if isinstance(values, torch.Tensor) else np.size(values)
+        if count not in (1, weight.shape[axis]):
+            raise ValueError(f"{where}: the quantizer of '{name}' has {count} channels, the weight "
                              f"{weight.shape[axis]} along axis {axis}")

@@ -32,6 +32,7 @@ from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeig
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.core.resource_utilization import max_bits_config
 from hwquant.torch.builder import QuantizerFactory, build_module, make_layer
+from hwquant.torch.quantizers import set_quantizer
 
 PROBE_ROUNDS = 4  # backward passes per batch; each image brings its own probes
 
@@ -259,17 +260,17 @@ def _swap_quantizers(model, place: Dict[str, str], factory, node: Node, cand, de
     if layer is not None and hasattr(layer, "weights_quantizers"):
         for attr, q in factory.weights(node, cand).items():
             if attr in layer.weights_quantizers:
-                undo.append((layer.weights_quantizers, attr, layer.weights_quantizers[attr]))
-                layer.weights_quantizers[attr] = q.to(device)
+                undo.append((layer, attr, layer.weights_quantizers[attr]))
+                set_quantizer(layer, attr, q.to(device))
     holder = model.get_submodule(place["holder"]) if "holder" in place else None
     act = factory.activation(node, cand)
     if holder is not None and act is not None:
-        undo.append((holder, "activation_holder_quantizer", holder.activation_holder_quantizer))
-        holder.activation_holder_quantizer = act.to(device)
+        undo.append((holder, None, holder.activation_holder_quantizer))
+        set_quantizer(holder, None, act.to(device))
 
     def restore():
-        for owner, name, module in reversed(undo):
-            setattr(owner, name, module)
+        for owner, name, quantizer in reversed(undo):
+            set_quantizer(owner, name, quantizer)
     return restore
 
 

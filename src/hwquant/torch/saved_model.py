@@ -9,8 +9,9 @@ tensors, so it opens with ``torch.load(path, weights_only=True)``::
      "graph": [{"op", "name", "target", "args", "kwargs"}, ...],   # the torch.fx nodes in order
      "tensors": {"path.to.param": tensor}}    # every parameter and buffer (non-persistent ones too)
 
-A module spec is ``{"kind", "parameters", "buffers", "children"}`` plus, by kind: ``quantizer`` (the
-InferableQuantizer constructor arguments), ``holder`` / ``wrapper`` (rebuilt from their children),
+A module spec is ``{"kind", "parameters", "buffers", "children"}`` plus, by kind: ``holder`` (its
+quantizer's description: method, bits, params, channel axis, target), ``wrapper`` (its layer as the
+child, one quantizer description per quantized weight, whose float value is the wrapper's parameter),
 ``torch`` (``"class"``: a qualified name under torch.nn, and ``"attrs"``: its plain attributes) or
 ``root``. Values that JSON lacks (tuples, dicts with any keys, graph node references, slices,
 Ellipsis, dtypes, devices, memory formats, layouts, torch.Size) are dicts tagged by ``"$"``.
@@ -45,7 +46,8 @@ from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
 from hwquant.torch import load_allowlist as allowlist
 from hwquant.torch.metadata import attach_metadata, read_metadata
-from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
+                                      make_inferable_quantizer, quantizer_slots)
 
 FORMAT = "hwquant.quantized_model"
 VERSION = 1
@@ -152,19 +154,44 @@ def _decode(v: Any, env: Optional[Dict[str, fx.Node]] = None) -> Any:
     raise SavedModelError(f"unexpected value {v!r:.80} in the model record")
 
 
-def _spec(m: nn.Module, path: str, tensors: Dict[str, torch.Tensor], root: bool = False) -> Dict[str, Any]:
+def _quantizer_spec(q: Any, where: str) -> Dict[str, Any]:
+    if not isinstance(q, InferableQuantizer):
+        raise ValueError(f"{where}: quantizer {type(q).__name__} is not one of hwquant's inferable quantizers "
+                         "(finalize a QAT / GPTQ model first); " + _HINT)
+    return {"method": int(q.method.value), "num_bits": int(q.num_bits), "params": _encode(q.params, where),
+            "channel_axis": _encode(q.channel_axis, where), "target": _encode(q.target, where)}
+
+
+def _quantizer(spec: Dict[str, Any], where: str, weight: Optional[torch.Tensor] = None) -> InferableQuantizer:
+    params, axis = _decode(spec["params"]), _decode(spec["channel_axis"])
+    if not isinstance(params, dict):
+        raise SavedModelError(f"{where}: malformed quantizer parameters")
+    if axis is None and any(np.size(v) != 1 for k, v in params.items() if k in ("threshold", "range_min", "range_max")):
+        raise SavedModelError(f"{where}: a per-tensor quantizer holds several values")
+    try:
+        return make_inferable_quantizer(spec["method"], spec["num_bits"], params, axis, _decode(spec["target"]),
+                                        input_rank=None if weight is None else weight.dim())
+    except (ValueError, KeyError, TypeError, AssertionError) as e:
+        raise SavedModelError(f"{where}: invalid quantizer ({type(e).__name__}: {e})") from None
+
+
+def _spec(m: nn.Module, path: str, tensors: Dict[str, torch.Tensor], root: bool = False,
+          moved: tuple = ()) -> Dict[str, Any]:
+    """``moved``: the attributes a wrapper took over as its own parameters (not recorded on the layer)."""
     kind = type(m)
     where = f"module '{path[:-1] or '<root>'}' ({kind.__name__})"
     if root:
         spec: Dict[str, Any] = {"kind": "root"}
-    elif kind is InferableQuantizer:
-        spec = {"kind": "quantizer", "method": int(m.method), "num_bits": int(m.num_bits),
-                "params": _encode(m.params, where), "channel_axis": _encode(m.channel_axis, where),
-                "target": _encode(m.target, where)}
-    elif kind in (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper):
-        spec = {"kind": "holder" if kind is PytorchActivationQuantizationHolder else "wrapper"}
+    elif kind is PytorchActivationQuantizationHolder:
+        spec = {"kind": "holder", "quantizer": _quantizer_spec(m.activation_holder_quantizer, where)}
+    elif kind is PytorchQuantizationWrapper:
+        if m._modules.get("trainable_quantizers"):
+            raise ValueError(f"{where}: holds trainable quantizers (finalize the QAT / GPTQ model first); {_HINT}")
+        spec = {"kind": "wrapper", "quantizers": {k: _quantizer_spec(q, f"{where}, weight '{k}'")
+                                                  for k, q in m.weights_quantizers.items()}}
     elif kind.__module__.startswith("torch.nn.") and _resolve_class(_class_name(kind), strict=False) is kind:
-        attrs = {k: _encode(v, f"{where}, attribute '{k}'") for k, v in vars(m).items() if k not in _INTERNALS}
+        attrs = {k: _encode(v, f"{where}, attribute '{k}'") for k, v in vars(m).items()
+                 if k not in _INTERNALS and k not in moved}
         spec = {"kind": "torch", "class": _class_name(kind), "attrs": attrs}
     else:
         raise ValueError(f"{where}: class {_class_name(kind)} is outside the allowlist of loadable modules "
@@ -179,25 +206,34 @@ def _spec(m: nn.Module, path: str, tensors: Dict[str, torch.Tensor], root: bool 
                 t = {"requires_grad": t.requires_grad} if group == "parameters" else \
                     {"persistent": name not in m._non_persistent_buffers_set}
             spec[group][name] = t
-    spec["children"] = [[n, None if c is None else _spec(c, f"{path}{n}.", tensors)] for n, c in m._modules.items()]
+    inner = tuple(m.weights_quantizers) if kind is PytorchQuantizationWrapper else ()
+    spec["children"] = [[n, None if c is None else _spec(c, f"{path}{n}.", tensors, moved=inner if n == "layer" else ())]
+                        for n, c in m._modules.items() if not (kind is PytorchQuantizationWrapper and n != "layer")]
     return spec
 
 
 def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Module:
     children = {n: None if s is None else _build(s, f"{path}{n}.", tensors) for n, s in spec["children"]}
-    kind = spec["kind"]
-    if kind == "quantizer":
-        m: nn.Module = InferableQuantizer(spec["method"], spec["num_bits"], _decode(spec["params"]),
-                                          _decode(spec["channel_axis"]), _decode(spec["target"]))
-    elif kind == "holder":
-        m = PytorchActivationQuantizationHolder(children["activation_holder_quantizer"])
+    kind, where = spec["kind"], f"module '{path[:-1]}'"
+    if kind == "holder":
+        m: nn.Module = PytorchActivationQuantizationHolder(_quantizer(spec["quantizer"], where))
     elif kind == "wrapper":
-        quantizers = dict(children["weights_quantizers"].items())
+        layer = children.get("layer")
+        if not isinstance(layer, nn.Module) or not isinstance(spec.get("quantizers"), dict):
+            raise SavedModelError(f"{where}: malformed wrapper record")
+        quantizers = {}
+        for name, qspec in spec["quantizers"].items():
+            weight = tensors.get(path + _identifier(name, "weight name"))
+            if weight is None or name not in spec["parameters"]:
+                raise SavedModelError(f"{where}: no float weight '{name}' for its quantizer")
+            setattr(layer, name, weight)  # the wrapper takes it over as its parameter
+            quantizers[name] = _quantizer(qspec, f"{where}, weight '{name}'", weight)
         try:
-            allowlist.check_weight_quantizers(children["layer"], quantizers, f"module '{path[:-1]}'")
+            allowlist.check_layer_tensors(layer, f"module '{path}layer' ({type(layer).__name__})")
+            allowlist.check_weight_quantizers(layer, quantizers, where)
         except ValueError as e:
             raise SavedModelError(str(e)) from None
-        m = PytorchQuantizationWrapper(children["layer"], quantizers)
+        m = PytorchQuantizationWrapper(layer, quantizers)
     elif kind in ("torch", "root"):
         cls = nn.Module if kind == "root" else _resolve_class(spec["class"])
         m = cls.__new__(cls)  # no constructor runs: the state comes from the record alone
@@ -214,10 +250,6 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
         m.register_parameter(name, None if info is None else
                              nn.Parameter(tensors[path + name], requires_grad=bool(info["requires_grad"])))
     for name, info in spec["buffers"].items():
-        made = m._buffers.get(name)  # a quantizer's constructor made its buffers from the recorded params
-        if kind == "quantizer" and made is not None and info is not None and tensors[path + name].shape != made.shape:
-            raise SavedModelError(f"module '{path[:-1]}': buffer '{name}' has shape "
-                                  f"{tuple(tensors[path + name].shape)}, its parameters imply {tuple(made.shape)}")
         m.register_buffer(name, None if info is None else tensors[path + name],
                           persistent=True if info is None else bool(info["persistent"]))
     if kind == "torch":
@@ -232,7 +264,7 @@ def save_quantized_model(model: nn.Module, path: Union[str, Path]) -> Path:
     """Write a model made by hwquant's quantization facades to `path` (atomically)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"save_quantized_model expects a quantized torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(model, fx.GraphModule) or not any(type(m) is InferableQuantizer for m in model.modules()):
+    if not isinstance(model, fx.GraphModule) or not any(True for _ in quantizer_slots(model)):
         raise ValueError(f"{type(model).__name__} is not a model quantized by hwquant; quantize it first with "
                          "mct.ptq.pytorch_post_training_quantization")
     tensors: Dict[str, torch.Tensor] = {}
@@ -246,6 +278,7 @@ def save_quantized_model(model: nn.Module, path: Union[str, Path]) -> Path:
         raise ValueError(f"the model's graph cannot be saved loadably: {e}; {_HINT}") from None
     data = {"format": FORMAT, "version": VERSION, "class_name": type(model).__name__,
             "metadata": _encode(read_metadata(model), "metadata"), "modules": modules, "graph": graph,
+            "holders": _encode(dict(getattr(model, "node_to_activation_quantization_holder", {})), "holders"),
             "tensors": tensors}
     buffer = io.BytesIO()
     torch.save(data, buffer)
@@ -283,6 +316,12 @@ def _rebuild(data: Dict[str, Any]) -> fx.GraphModule:
     root = _build(data["modules"], "", tensors)
     graph = _rebuild_graph(data["graph"], root)
     model = fx.GraphModule(root, graph, class_name=_identifier(data["class_name"], "class name")).eval()
+    holders = _decode(data.get("holders", {}))
+    if not (isinstance(holders, dict) and all(isinstance(k, str) and isinstance(v, str) and
+                                              isinstance(getattr(root, v, None), PytorchActivationQuantizationHolder)
+                                              for k, v in holders.items())):
+        raise SavedModelError("the holder table names modules that are not activation holders")
+    model.node_to_activation_quantization_holder = holders
     if data.get("metadata") is not None:
         attach_metadata(model, _decode(data["metadata"]))
     return model

@@ -24,7 +24,7 @@ from hwquant.core.integer_accumulation import input_grid_source
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
 from hwquant.torch.quantizers import (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
-                                      _integer_kernel)
+                                      _integer_kernel, set_quantizer)
 from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
 
@@ -152,12 +152,9 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
             raise InvalidConfigError(f"cannot convert the quantizer of '{names.get(id(owner), '?')}': {e} "
                                      f"(did training diverge? its parameters are {[p.tolist() for p in q.parameters()]})") from e
     for owner, q, inferable in converted:
-        inferable = inferable.to(next(iter(q.parameters()), torch.empty(0)).device)
-        if isinstance(owner, PytorchQuantizationWrapper):
-            key = next(k for k, v in owner.weights_quantizers.items() if v is q)
-            owner.weights_quantizers[key] = inferable
-        else:
-            owner.activation_holder_quantizer = inferable
+        key = next(k for k, v in owner.weights_quantizers.items() if v is q) \
+            if isinstance(owner, PytorchQuantizationWrapper) else None
+        set_quantizer(owner, key, inferable)
     for module in model.modules():
         if isinstance(module, PytorchQuantizationWrapper):
             holder = module.__dict__.get("_input_holder")
@@ -165,5 +162,5 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
             if holder is not None and _integer_kernel(module.layer, module.weights_quantizers) is not None:
                 grid = holder.activation_holder_quantizer.grid()
                 if isinstance(grid, quant_math.AffineGrid) and grid.axis is None:
-                    module.input_scale = torch.tensor(float(grid.scale), device=module.layer.weight.device)
+                    module.input_scale = torch.tensor(float(grid.scale), device=module.weight.device)
     return model

@@ -159,11 +159,12 @@ class BasePytorchTrainableQuantizer(nn.Module, ABC):
 
     def convert_to_inferable_quantizers(self):
         """The inferable quantizer of the current grid (bitwise the same outputs)."""
-        from hwquant.torch.quantizers import InferableQuantizer
+        from hwquant.torch.quantizers import make_inferable_quantizer
         target = "weights" if self.for_weights else "activation"
         with torch.no_grad():
             params = self.inferable_params()
-        return InferableQuantizer(self.method, self.num_bits, params, channel_axis=self.channel_axis, target=target)
+        return make_inferable_quantizer(self.method, self.num_bits, params, channel_axis=self.channel_axis,
+                                        target=target)
 
     convert2inferable = convert_to_inferable_quantizers  # MCT's name
 
