@@ -240,7 +240,7 @@ def test_gptq_learns_the_rounding(setup, ptq_model, kw):
     assert gptq_db > error_db(model, ptq_model, held_out)
     assert gptq_db > error_db(model, no_correction, held_out) + 3.0
     d = info.gptq_info_dict
-    assert d["steps"] == len(d["losses"]) == 5 * 8 and d["trained_layers"] == ["c1", "c2", "fc"]
+    assert d["steps"] == len(d["losses"]) == 5 * 8 and d["trained_layers"] == ["c1_bn", "c2", "fc"]
     assert d["interest_points"] == ["relu", "relu_1", "fc"]  # where c1 and c2 are quantized: after their ReLU
     assert d["teacher_cached"] and d["losses"][-1] < d["losses"][0]
 

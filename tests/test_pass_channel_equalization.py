@@ -31,7 +31,7 @@ def _prepare(model, x, mark_quantized=None):
     graph = capture(model, [x])
     adapter = PytorchAdapter()
     priors = batch_norm_priors(graph, adapter)
-    fold_batch_norms(graph, adapter)
+    fold_batch_norms(graph, adapter, priors)  # the priors follow the renamed layers
     if mark_quantized is not None:
         for node in graph:
             cfg = SimpleNamespace(activation_quantization_cfg=SimpleNamespace(quantized=mark_quantized))
@@ -58,12 +58,12 @@ def test_conv_bn_relu_conv_is_equalized_exactly(between, second):
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), _bn(8), nn.ReLU(), *between, second)
     x = torch.randn(2, 3, 10, 10)
     graph, adapter, priors = _prepare(model, x)
-    before = graph.node("_0").weights["weight"].copy()
+    before = graph.node("_0_bn").weights["weight"].copy()
     assert equalize_activation_channels(graph, adapter, priors) == 1
-    mu, std = priors["_0"]
+    mu, std = priors["_0_bn"]
     scale = equalization_scale(mu, std)
     assert np.any(scale < 0.9)  # the wide channels shrink
-    assert np.allclose(graph.node("_0").weights["weight"], before * scale.reshape(-1, 1, 1, 1).astype(np.float32))
+    assert np.allclose(graph.node("_0_bn").weights["weight"], before * scale.reshape(-1, 1, 1, 1).astype(np.float32))
     with torch.no_grad():
         assert torch.allclose(build_module(graph)(x), model(x), atol=1e-4)
 

@@ -61,7 +61,7 @@ def test_quantized_model_structure_and_fidelity():
     q, info = quantize(model)
     wrappers = {n for n, m in q.named_modules() if isinstance(m, PytorchQuantizationWrapper)}
     holders = {n for n, m in q.named_modules() if isinstance(m, PytorchActivationQuantizationHolder)}
-    assert wrappers == {"conv", "dw", "pw", "fc"}
+    assert wrappers == {"conv_bn", "dw", "pw", "fc"}  # MCT names a layer with a folded batch-norm <layer>_bn
     # conv -> relu and dw -> relu, pw -> relu6 are fused (IMX500): no quantizer between them
     assert "conv_activation_holder_quantizer" not in holders and "dw_activation_holder_quantizer" not in holders
     assert {"x_activation_holder_quantizer", "relu_activation_holder_quantizer", "relu6_activation_holder_quantizer", "fc_activation_holder_quantizer"} <= holders

@@ -83,7 +83,7 @@ def test_starts_at_ptq_trains_and_finalizes_bitwise(setup, qat_config, tpc):
     assert not any(isinstance(m, BasePytorchTrainableQuantizer) for m in final.modules())
     with torch.no_grad():
         assert torch.equal(final(data[1]), trained)  # the finalized model is the trained one, bitwise
-    assert final.c1.input_scale is not None  # deployed integer-kernel path
+    assert final.c1_bn.input_scale is not None  # deployed integer-kernel path
     assert read_metadata(final)["method"] == "qat"
     if tpc is TFLITE:
         assert any(q.method == mct.QuantizationMethod.UNIFORM for q in quantizers)
@@ -94,7 +94,7 @@ def test_gradients_reach_weights_and_quantizer_parameters(setup):
     for cfg, thresholds_learn in ((mct.qat.QATConfig(), False), (LSQ, True)):
         qat, _ = init(setup, qat_config=cfg)
         F.cross_entropy(qat(data[0]), labels[0]).backward()
-        for name in ("c1", "c2", "fc"):
+        for name in ("c1_bn", "c2", "fc"):
             wrapper = getattr(qat, name)
             assert wrapper.weight.grad is not None and wrapper.weight.grad.abs().sum() > 0
             assert wrapper.layer.bias.grad is not None
@@ -206,7 +206,7 @@ def test_overrides_reach_the_quantizers(setup):
     qat, _ = init(setup, qat_config=cfg)
     acts = [m.activation_holder_quantizer for m in qat.modules() if hasattr(m, "activation_holder_quantizer")]
     assert acts and all(not q.threshold.requires_grad and q.identifier == TrainingMethod.LSQ for q in acts)
-    assert qat.c1.weights_quantizers["weight"].threshold.requires_grad
+    assert qat.c1_bn.weights_quantizers["weight"].threshold.requires_grad
 
 
 def test_mixed_precision_choice_is_trained(setup):

@@ -339,7 +339,7 @@ def _replace_tensor(key, value):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("conv.weight", torch.zeros(8, 3, 5, 5), r"'weight' has shape \(8, 3, 5, 5\), but the layer's attributes"),
+    ("conv_bn.weight", torch.zeros(8, 3, 5, 5), r"'weight' has shape \(8, 3, 5, 5\), but the layer's attributes"),
     ("fc.layer.bias", torch.zeros(100000), r"'bias' has shape \(100000,\)"),
 ])
 def test_tensors_of_the_wrong_shape_are_refused(cnn, tmp_path, key, value, message):

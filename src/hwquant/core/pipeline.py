@@ -64,11 +64,11 @@ def prepare(state: PipelineState) -> None:
     state.fqc = adapter.attach(state.tpc, qc.custom_tpc_opset_to_layer)
     # Equalization reads the batch-norms' gamma/beta, so it looks at them before they are folded.
     priors = batch_norm_priors(g, adapter) if qc.activation_channel_equalization else {}
-    state.report["folded_batch_norms"] = fold_batch_norms(g, adapter)
+    state.report["folded_batch_norms"] = fold_batch_norms(g, adapter, priors)
     if qc.relu_bound_to_power_of_2:
         state.report["relu_bound"] = bound_relus_to_power_of_2(g, adapter)
     if qc.linear_collapsing:
-        state.report["linear_collapsed"] = collapse_linear_layers(g, adapter)
+        state.report["linear_collapsed"] = collapse_linear_layers(g, adapter, priors)
     if qc.residual_collapsing:
         state.report["residual_collapsed"] = collapse_residuals(g, adapter, priors)
     cand.assign_candidates(g, state.fqc, state.core_config, adapter)

@@ -252,7 +252,8 @@ class PytorchQuantizationWrapper(_MctqWrapper):
     def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor, kernel) -> torch.Tensor:
         wq = self.weights_quantizers["weight"]
         w_grid = wq.grid(x.device) if isinstance(wq, InferableQuantizer) else wq.grid()
-        w_int = self._integer_weights(wq, w_grid)
+        w_int, w_quantized = self._integer_weights(wq, w_grid)
+        self.layer.weight = w_quantized  # what a call leaves in the layer, as on the float path
         x_int = torch.round(x.float() / input_scale)  # x = (q - zp) * s exactly: this is q - zp
         acc = _accumulate(kernel, x_int, w_int)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
@@ -273,8 +274,9 @@ class PytorchQuantizationWrapper(_MctqWrapper):
                 else acc.double() + b
         return acc.float() * scale.reshape(shape)
 
-    def _integer_weights(self, wq: Any, grid: quant_math.AffineGrid) -> torch.Tensor:
-        """``q_w - zp_w`` (float32, exact), cached until the weights or the quantizer's state change."""
+    def _integer_weights(self, wq: Any, grid: quant_math.AffineGrid) -> Tuple[torch.Tensor, torch.Tensor]:
+        """``q_w - zp_w`` (float32, exact) and the fake-quantized kernel, cached until the weights or
+        the quantizer's state change."""
         w = self.weight
         tensors = (*wq.parameters(), *wq.buffers()) if isinstance(wq, nn.Module) else ()
         key = (w.data_ptr(), w._version, w.device, id(wq), tuple((t.data_ptr(), t._version) for t in tensors))
@@ -283,8 +285,9 @@ class PytorchQuantizationWrapper(_MctqWrapper):
             with torch.no_grad():
                 zero_point = torch.as_tensor(grid.zero_point).detach().to(w.device)
                 w_int = quant_math.quantize(w.detach(), grid) - quant_math.per_channel_view(zero_point, w, grid.axis)
-            cached = self.__dict__["_w_int_cache"] = (key, w_int)
-        return cached[1]
+                w_quantized = quant_math.fake_quantize(w.detach(), grid)
+            cached = self.__dict__["_w_int_cache"] = (key, w_int, w_quantized)
+        return cached[1], cached[2]
 
 
 def quantizer_slots(model: nn.Module) -> Iterator[Tuple[str, nn.Module, Optional[str], Any]]:

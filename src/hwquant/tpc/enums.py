@@ -20,6 +20,23 @@ class QuantizationMethod(IntEnum):
     # Older spelling used by the seed documents.
     SYMMETRIC_UNIFORM = 2
 
+    # mct-quantizers has its own QuantizationMethod (a plain Enum, same names and values), which its
+    # quantizers report in ``quantization_method``: the two compare equal and convert into each other.
+    def __eq__(self, other):
+        if _is_mctq_method(other):
+            return int(self) == other.value
+        return int.__eq__(self, other)
+
+    def __ne__(self, other):
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = IntEnum.__hash__
+
+    @classmethod
+    def _missing_(cls, value):
+        return cls(value.value) if _is_mctq_method(value) else None
+
     @property
     def is_lut(self) -> bool:
         return self in (QuantizationMethod.LUT_POT_QUANTIZER, QuantizationMethod.LUT_SYM_QUANTIZER)
@@ -106,3 +123,8 @@ class OperatorSetNames(str, Enum):
     @classmethod
     def get_values(cls) -> list:
         return [v.value for v in cls]
+
+
+def _is_mctq_method(value) -> bool:
+    t = type(value)
+    return t.__name__ == "QuantizationMethod" and t.__module__.startswith("mct_quantizers") and isinstance(value.value, int)

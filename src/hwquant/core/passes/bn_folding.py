@@ -3,17 +3,21 @@
 y = gamma * (W x + b - mean) / sqrt(var + eps) + beta  ==  W' x + b'  with
 W' = W * s (s = gamma / sqrt(var + eps), along W's output channels) and b' = (b - mean) * s + beta.
 Done only where the layer's output feeds the batch-norm alone, so no other reader sees the change.
+The layer is then named ``<layer>_bn``, as MCT names it.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from typing import Optional
+
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph
 
 
-def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter) -> int:
-    """Fold every foldable batch-norm; returns how many were folded."""
+def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter, priors: Optional[dict] = None) -> int:
+    """Fold every foldable batch-norm; returns how many were folded. ``priors`` (keyed by layer
+    name, channel_equalization.batch_norm_priors) follow the renamed layers."""
     folded = 0
     for bn in graph:
         params = adapter.batch_norm_params(bn)
@@ -35,5 +39,9 @@ def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter) -> int:
         layer.set_weight(bias, ((b - params.mean) * scale + params.beta).astype(w.dtype))
         layer.output_shape = bn.output_shape
         graph.remove_node(bn)
+        old = layer.name
+        new = graph.rename_node(layer, f"{old}_bn")  # MCT's name for a layer with a folded batch-norm
+        if priors is not None and old in priors:
+            priors[new] = priors.pop(old)
         folded += 1
     return folded

@@ -13,7 +13,8 @@ float rounding) and has no more kernel parameters than the two together (as MCT)
   geometry; when the second zero-pads, only if b1 is zero (the padded border of L1's output is 0,
   not b1).
 
-The collapsed layer keeps the second layer's name (and output); the first layer disappears.
+The collapsed layer takes the second layer's place (and output), named ``<first>_<second>_collapsed``
+as MCT names it; the first layer disappears.
 Runs in `prepare`, after batch-norm folding (so conv -> BN -> conv collapses too). Framework-free:
 the geometry and the rebuilt layer come from the adapter.
 """
@@ -75,9 +76,10 @@ def compose(g1: LinearGeometry, w1: np.ndarray, b1: Optional[np.ndarray], g2: Li
     return None
 
 
-def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter) -> int:
+def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter, priors: Optional[dict] = None) -> int:
     """Collapse every collapsible pair (repeatedly, so chains collapse to one layer); returns the
-    number of layers removed. Apply when QuantizationConfig.linear_collapsing is set."""
+    number of layers removed. Apply when QuantizationConfig.linear_collapsing is set. ``priors``
+    (keyed by layer name) follow the renamed layers."""
     collapsed = 0
     while True:
         for first in graph:
@@ -98,6 +100,10 @@ def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter) -> int:
             graph.remove_node(first)  # the second layer now reads the first's input
             adapter.set_linear_layer(second, kernel.astype(dtype),
                                      None if bias is None else bias.astype(dtype), geometry)
+            old = second.name
+            new = graph.rename_node(second, f"{first.name}_{old}_collapsed")  # MCT's name
+            if priors is not None and old in priors:  # the collapsed layer has the second's output
+                priors[new] = priors.pop(old)
             collapsed += 1
             break
         else:

@@ -56,6 +56,7 @@ def collapse_residuals(graph: Graph, adapter: FrameworkAdapter, priors: Optional
             graph.remove_node(add, replace_with=conv.name)
             if priors is not None:
                 priors.pop(conv.name, None)
+            graph.rename_node(conv, f"{conv.name}_{add.name}_collapsed")  # MCT's name
             collapsed += 1
             break
     return collapsed
