@@ -380,3 +380,14 @@ def test_a_failed_export_leaves_no_file_and_keeps_the_old_one(quantized, tmp_pat
         _export(quantized[PlainCNN], path, PlainCNN)
     assert path.read_bytes() == b"previous export"
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+def test_mctq_file_runs_with_mct_quantizers_session_options(quantized, tmp_path):
+    # what MCT's tutorials do with an exported MCTQ model: onnxruntime with mct-quantizers' custom ops
+    pytest.importorskip("onnxruntime_extensions")
+    import mct_quantizers
+    q = quantized[DepthwiseResidual]
+    path = _export(q, tmp_path / "m.onnx", DepthwiseResidual)
+    sess = ort.InferenceSession(str(path), mct_quantizers.get_ort_session_options(),
+                                providers=["CPUExecutionProvider"])
+    _assert_parity(q, sess, _data(DepthwiseResidual, n=1, batch=16, seed=9)[0])
