@@ -54,6 +54,11 @@ def _tpc(version="1.0"):
     return mct.get_target_platform_capabilities(version, "imx500")
 
 
+def _ru_data(version="1.0"):
+    """The model's figures at its largest candidates: what MCT users take targets as fractions of."""
+    return mct.core.pytorch_resource_utilization_data(_model(), gen, target_platform_capabilities=_tpc(version))
+
+
 def _quantize(target=None, version="1.0", core_config=None):
     return mct.ptq.pytorch_post_training_quantization(_model(), gen, target_resource_utilization=target,
                                                       core_config=core_config or mct.core.CoreConfig(),
@@ -109,8 +114,7 @@ def test_integer_program_finds_the_brute_force_optimum():
 
 @pytest.mark.parametrize("fraction", [0.75, 0.5])
 def test_weights_memory_target(fraction):
-    _, reference = _quantize()
-    full = reference.final_resource_utilization.weights_memory
+    full = _ru_data().weights_memory
     q, info = _quantize(RU(weights_memory=full * fraction))
     assert info.final_resource_utilization.weights_memory <= full * fraction
     assert info.mixed_precision_cfg is not None and len(info.mixed_precision_cfg) == 4
@@ -142,8 +146,7 @@ def test_activation_memory_and_combined_targets():
     tpc = _tpc_with_4_bit_activation_options()
     run = lambda target: mct.ptq.pytorch_post_training_quantization(  # noqa: E731
         _model(), gen, target_resource_utilization=target, target_platform_capabilities=tpc)
-    _, base = run(None)
-    low = base.final_resource_utilization
+    low = mct.core.pytorch_resource_utilization_data(_model(), gen, target_platform_capabilities=tpc)
     target = RU(activation_memory=low.activation_memory * 0.8)
     q, info = run(target)
     assert info.final_resource_utilization.activation_memory <= target.activation_memory
@@ -170,8 +173,7 @@ def test_unreachable_targets_name_their_minimum():
 
 
 def test_configuration_overwrite_and_its_errors():
-    _, reference = _quantize()
-    full = reference.final_resource_utilization.weights_memory
+    full = _ru_data().weights_memory
     mp = mct.core.MixedPrecisionQuantizationConfig(configuration_overwrite=[2, 2, 1, 0])
     _, info = _quantize(RU(weights_memory=full * 0.9), core_config=mct.core.CoreConfig(mixed_precision_config=mp))
     assert info.mixed_precision_cfg == [2, 2, 1, 0]
@@ -183,8 +185,7 @@ def test_configuration_overwrite_and_its_errors():
 
 
 def test_manual_bit_width_is_respected():
-    _, reference = _quantize()
-    full = reference.final_resource_utilization.weights_memory
+    full = _ru_data().weights_memory
     bw = mct.core.BitWidthConfig()
     bw.set_manual_weights_bit_width(mct.core.network_editor.NodeNameFilter("head"), 8, "kernel_attr")
     q, info = _quantize(RU(weights_memory=full * 0.65), core_config=mct.core.CoreConfig(bit_width_config=bw))
@@ -256,8 +257,7 @@ def test_custom_metric_fn_sees_each_configuration():
         calls.append(sorted(m.num_bits for m in quantizers_of(model).values() if m.target == "weights"))
         return float(sum(32 - b for b in calls[-1]))  # fewer bits, larger metric
 
-    _, reference = _quantize()
-    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.7)
+    target = RU(weights_memory=_ru_data().weights_memory * 0.7)
     mp = mct.core.MixedPrecisionQuantizationConfig(custom_metric_fn=metric)
     _, info = _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
     assert len(calls) == 12  # 4 configurable nodes x 3 candidates, one configuration each
@@ -267,8 +267,7 @@ def test_custom_metric_fn_sees_each_configuration():
 
 @pytest.mark.parametrize("method", ["AVG", "LAST_LAYER", "HESSIAN", "EXP"])
 def test_distance_weightings_meet_the_target(method):
-    _, reference = _quantize()
-    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.6)
+    target = RU(weights_memory=_ru_data().weights_memory * 0.6)
     mp = mct.core.MixedPrecisionQuantizationConfig(distance_weighting_method=getattr(mct.core.MpDistanceWeighting, method),
                                                    num_of_images=8)
     _, info = _quantize(target, core_config=mct.core.CoreConfig(mixed_precision_config=mp))
@@ -293,8 +292,7 @@ def test_lookup_table_kernels_as_candidates(tmp_path):
             opset = opset.model_copy(update={"qc_options": options})
         sets.append(opset)
     lut_tpc = tpc.model_copy(update={"operator_set": tuple(sets)})
-    _, reference = _quantize()
-    target = RU(weights_memory=reference.final_resource_utilization.weights_memory * 0.6)
+    target = RU(weights_memory=_ru_data().weights_memory * 0.6)
     q, info = mct.ptq.pytorch_post_training_quantization(_model(), gen, target_resource_utilization=target,
                                                          target_platform_capabilities=lut_tpc)
     assert info.final_resource_utilization.weights_memory <= target.weights_memory

@@ -64,7 +64,7 @@ def test_starts_at_ptq_trains_and_finalizes_bitwise(setup, qat_config, tpc):
     kw = {} if tpc is None else {"target_platform_capabilities": tpc}
     ptq, _ = mct.ptq.pytorch_post_training_quantization(model, gen_of(data), **kw)
     qat, info = init(setup, qat_config=qat_config, **kw)
-    assert isinstance(qat, nn.Module) and qat.training and info.final_resource_utilization is not None
+    assert isinstance(qat, nn.Module) and qat.training and info.final_resource_utilization is None  # no target
     quantizers = [m for m in qat.modules() if isinstance(m, BasePytorchTrainableQuantizer)]
     assert len(quantizers) >= 7 and all(q.identifier == qat_config.weight_training_method for q in quantizers
                                         if q.for_weights)

@@ -1,8 +1,9 @@
 """Resource utilization of a quantized graph: weights memory, activation memory, total memory and
 bit-operations (BOPs), for the final configs or for any choice of candidates.
 
-- Weights memory (bytes): every weight tensor of the model at its bit width (quantized attributes
-  at their n_bits, the rest, such as float biases, at 32 bits).
+- Weights memory (bytes): the quantized weight tensors at their bit widths; weights left float
+  (biases, a batch-norm the TPC does not quantize) do not count, as in MCT, whose figures users
+  compute their targets from.
 - Activation memory (bytes, one sample): the peak, over the execution schedule (the graph's
   topological order), of the activation tensors alive at once (tensors inside a fused group are
   never stored, so they do not count). A tensor lives from the node that
@@ -68,15 +69,13 @@ def activation_bits(graph: Graph, config_of: ConfigOf) -> Dict[str, int]:
 
 
 def node_weights_bytes(node: Node, cfg: Optional[NodeQuantizationConfig]) -> float:
-    """Every weight of the node at its bit width (unquantized ones at 32 bits)."""
+    """The node's quantized weights at their bit widths (float ones do not count)."""
     attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
     total = 0.0
     for key, w in node.weights.items():
-        if node.kind == NodeKind.MODULE and key in ("running_mean", "running_var", "num_batches_tracked"):
-            continue
         wc = attrs.get(key)
-        bits = wc.weights_n_bits if wc is not None and wc.enable_weights_quantization else FLOAT_BITWIDTH
-        total += w.size * bits / 8
+        if wc is not None and wc.enable_weights_quantization:
+            total += w.size * wc.weights_n_bits / 8
     return total
 
 

@@ -1,11 +1,12 @@
-"""`mct.core.pytorch_resource_utilization_data`: the maximal resource figures of a model."""
+"""`mct.core.pytorch_resource_utilization_data`: the resource figures of a model at its TPC's base
+(single-precision) configs, as MCT computes them."""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.pipeline import prepare
-from hwquant.core.resource_utilization import compute_resource_utilization, max_bits_config
+from hwquant.core.resource_utilization import compute_resource_utilization
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 
@@ -14,9 +15,11 @@ def pytorch_resource_utilization_data(in_model: Any, representative_data_gen: Ca
                                       target_platform_capabilities: Any = get_target_platform_capabilities()
                                       ) -> ResourceUtilization:
     """Weights memory, activation memory, total memory (bytes) and BOPs of `in_model` quantized with
-    every node at its widest TPC option: the ceiling a resource target is compared with."""
+    every node at its TPC base config (the single-precision model; MCT's figures, of which users
+    take fractions as mixed-precision targets). Weights memory counts the quantized weights only."""
     from hwquant.torch.session import start_session
 
     session = start_session(in_model, representative_data_gen, core_config, target_platform_capabilities)
     prepare(session.state)
-    return compute_resource_utilization(session.graph, max_bits_config, session.adapter)
+    return compute_resource_utilization(session.graph, lambda node: node.candidates[0] if node.candidates else None,
+                                        session.adapter)  # candidates[0]: the base config

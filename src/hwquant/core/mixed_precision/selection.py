@@ -36,6 +36,7 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
     graph, adapter = state.graph, state.adapter
     mp = state.core_config.mixed_precision_config
     targets = target.get_resource_utilization_dict(restricted_only=True)
+    keep_base_bits(graph, target, adapter.kernel_attr)
     configurable = [n for n in graph if len(n.candidates) > 1]
     model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
     top = [node.candidates.index(max_bits_config(node)) for node in configurable]
@@ -60,6 +61,27 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
                                                                            for n, c in zip(configurable, choice)},
                                        "figures": {t.name: v for t, v in model.figures(choice).items()}}
     return choice
+
+
+def keep_base_bits(graph: Any, target: ResourceUtilization, kernel_attr: Any) -> None:
+    """MCT's rule for a target on one side only: with only weights restricted, every activation keeps
+    its base config's bit width (and with only activations restricted, every kernel): the search
+    does not raise what nobody constrained. A total-memory or BOPs target involves both sides."""
+    if target.total_mem_restricted() or target.bops_restricted() or \
+            target.weight_restricted() == target.activation_restricted():
+        return
+    for node in graph:
+        if len(node.candidates) < 2:
+            continue
+        base = node.candidates[0]
+        if target.weight_restricted():
+            bits = lambda c: c.activation_quantization_cfg.activation_n_bits  # noqa: E731
+        else:
+            attr = kernel_attr(node)
+            if attr is None or attr not in base.weights_quantization_cfg.attrs:
+                continue
+            bits = lambda c, a=attr: c.weights_quantization_cfg.attrs[a].weights_n_bits  # noqa: E731
+        node.candidates = [c for c in node.candidates if bits(c) == bits(base)]
 
 
 def _checked_overwrite(overwrite: List[int], configurable: List[Any]) -> List[int]:
