@@ -8,7 +8,9 @@ from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, Defaul
                                  MpDistanceWeighting, MpMetricNormalization, QuantizationConfig,
                                  QuantizationErrorMethod, ResourceUtilization, RUTarget, ThresholdSelectionMethod,
                                  UserInformation)
+from hwquant.core import mixed_precision_quantization_config, quantization_config  # noqa: F401 (MCT's modules)
 from hwquant.core.framework_info import FrameworkInfo
+from hwquant.core.quantization_config import DEFAULTCONFIG, ChannelAxis, CustomOpsetLayers  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -6,4 +6,4 @@ from hwquant.tpc import (AttributeFilter, AttributeQuantizationConfig, Contains,
                          Signedness, Smaller, SmallerEq, TargetPlatformCapabilities, TargetPlatformModel,
                          export_target_platform_capabilities, get_target_platform_capabilities,
                          load_target_platform_capabilities)
-from hwquant.target_platform_capabilities import schema, target_platform  # noqa: E402
+from hwquant.target_platform_capabilities import schema, target_platform, tpc_io_handler  # noqa: E402

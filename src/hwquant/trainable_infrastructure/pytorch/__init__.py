@@ -1,5 +1,6 @@
 """Trainable quantizers for PyTorch (importing this registers them)."""
-from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer  # noqa: F401
+from hwquant.trainable_infrastructure.pytorch.base import (BasePytorchActivationTrainableQuantizer,  # noqa: F401
+                                                         BasePytorchTrainableQuantizer)
 from hwquant.trainable_infrastructure.pytorch.quantizers import (  # noqa: F401
     LSQSymmetricActivationTrainableQuantizer, LSQSymmetricWeightsTrainableQuantizer,
     LSQUniformActivationTrainableQuantizer, LSQUniformWeightsTrainableQuantizer,

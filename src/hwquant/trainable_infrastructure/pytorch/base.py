@@ -186,3 +186,7 @@ class BasePytorchTrainableQuantizer(nn.Module, ABC):
         axis = f", per-channel axis {self.channel_axis}" if self.channel_axis is not None else ""
         frozen = ", frozen parameters" if self.freeze_quant_params else ""
         return f"{self.identifier.name}, {self.method.name}, {self.num_bits} bits{axis}{frozen}"
+
+
+class BasePytorchActivationTrainableQuantizer(BasePytorchTrainableQuantizer, ABC):
+    """Base of trainable activation quantizers (MCT's name; a custom one subclasses it)."""

@@ -20,7 +20,8 @@ from hwquant.constants import MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRES
 from hwquant.core import quant_math
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer
-from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
+from hwquant.trainable_infrastructure.pytorch.base import (BasePytorchActivationTrainableQuantizer,
+                                                         BasePytorchTrainableQuantizer)
 from hwquant.trainable_infrastructure.pytorch.fake_quant import (affine_fake_quantize, lsq_gradient_factor,
                                                                   straight_through)
 
@@ -124,20 +125,20 @@ class LSQUniformWeightsTrainableQuantizer(_UniformQuantizer):
 
 
 @mark_quantizer(QuantizationTarget.Activation, _SYMMETRIC, TrainingMethod.STE)
-class STESymmetricActivationTrainableQuantizer(_SymmetricQuantizer):
+class STESymmetricActivationTrainableQuantizer(_SymmetricQuantizer, BasePytorchActivationTrainableQuantizer):
     pass
 
 
 @mark_quantizer(QuantizationTarget.Activation, _SYMMETRIC, TrainingMethod.LSQ)
-class LSQSymmetricActivationTrainableQuantizer(_SymmetricQuantizer):
+class LSQSymmetricActivationTrainableQuantizer(_SymmetricQuantizer, BasePytorchActivationTrainableQuantizer):
     learn_rounding = True
 
 
 @mark_quantizer(QuantizationTarget.Activation, _UNIFORM, TrainingMethod.STE)
-class STEUniformActivationTrainableQuantizer(_UniformQuantizer):
+class STEUniformActivationTrainableQuantizer(_UniformQuantizer, BasePytorchActivationTrainableQuantizer):
     pass
 
 
 @mark_quantizer(QuantizationTarget.Activation, _UNIFORM, TrainingMethod.LSQ)
-class LSQUniformActivationTrainableQuantizer(_UniformQuantizer):
+class LSQUniformActivationTrainableQuantizer(_UniformQuantizer, BasePytorchActivationTrainableQuantizer):
     learn_rounding = True

@@ -1,0 +1,55 @@
+"""MCT 2.6 public names user code reaches for (issue 16, part 3)."""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import hwquant as mct
+from hwquant.tpc.schema import OperatorsSet, TargetPlatformCapabilities
+
+
+def test_core_names():
+    assert mct.core.DEFAULTCONFIG == mct.core.QuantizationConfig()
+    assert (int(mct.core.ChannelAxis.NHWC), int(mct.core.ChannelAxis.NCHW)) == (-1, 1)
+    assert mct.core.quantization_config.QuantizationConfig is mct.core.QuantizationConfig
+    assert mct.core.quantization_config.CustomOpsetLayers is mct.core.CustomOpsetLayers
+    mp = mct.core.mixed_precision_quantization_config
+    assert mp.MixedPrecisionQuantizationConfig is mct.core.MixedPrecisionQuantizationConfig
+    assert mp.MpDistanceWeighting is mct.core.MpDistanceWeighting
+
+
+class Pooling(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(self.conv(x), 1)
+
+
+def test_custom_opset_layers_attach_an_operator_set():
+    base = mct.get_target_platform_capabilities()
+    tpc = TargetPlatformCapabilities(default_qco=base.default_qco,
+                                     operator_set=list(base.operator_set) + [OperatorsSet(name="MyPool")])
+    qc = mct.core.QuantizationConfig(custom_tpc_opset_to_layer={
+        "MyPool": mct.core.CustomOpsetLayers([F.adaptive_avg_pool2d])})
+    data = lambda: iter([[torch.randn(4, 3, 8, 8)]])  # noqa: E731
+    q, _ = mct.ptq.pytorch_post_training_quantization(Pooling().eval(), data, core_config=mct.core.CoreConfig(qc),
+                                                      target_platform_capabilities=tpc)
+    assert isinstance(q, nn.Module)
+
+
+def test_tpc_io_handler_round_trip(tmp_path):
+    io = mct.target_platform_capabilities.tpc_io_handler
+    tpc = mct.get_target_platform_capabilities("4.0", "imx500")
+    path = tmp_path / "tpc.json"
+    io.export_target_platform_capabilities(tpc, path)
+    assert io.load_target_platform_capabilities(str(path)) == tpc
+    assert io.load_target_platform_capabilities(tpc) == tpc
+
+
+def test_activation_trainable_base_class():
+    base = mct.trainable_infrastructure.BasePytorchActivationTrainableQuantizer
+    assert issubclass(base, mct.trainable_infrastructure.BasePytorchTrainableQuantizer)
+    from hwquant.trainable_infrastructure.pytorch import quantizers
+    assert issubclass(quantizers.STESymmetricActivationTrainableQuantizer, base)
+    assert not issubclass(quantizers.STESymmetricWeightsTrainableQuantizer, base)
