@@ -53,3 +53,11 @@ def test_activation_trainable_base_class():
     from hwquant.trainable_infrastructure.pytorch import quantizers
     assert issubclass(quantizers.STESymmetricActivationTrainableQuantizer, base)
     assert not issubclass(quantizers.STESymmetricWeightsTrainableQuantizer, base)
+
+
+def test_debug_bypass_returns_the_model_before_any_check():
+    model = nn.Linear(3, 2)
+    cc = mct.core.CoreConfig(debug_config=mct.core.DebugConfig(bypass=True))
+    # not even the (missing) data is looked at
+    assert mct.ptq.pytorch_post_training_quantization(model, None, core_config=cc) == (model, None)
+    assert mct.gptq.pytorch_gradient_post_training_quantization(model, None, core_config=cc) == (model, None)

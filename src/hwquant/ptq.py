@@ -19,6 +19,12 @@ _RU_FIELDS = {RUTarget.WEIGHTS: "weights_memory", RUTarget.ACTIVATION: "activati
               RUTarget.TOTAL: "total_memory", RUTarget.BOPS: "bops"}
 
 
+def debug_bypass(core_config: Any) -> bool:
+    """``DebugConfig(bypass=True)``: quantization is skipped and the input model returned as it is."""
+    debug = getattr(core_config, "debug_config", None)
+    return bool(getattr(debug, "bypass", False))
+
+
 def _check_target(target: Optional[ResourceUtilization]) -> None:
     if target is None:
         return
@@ -46,6 +52,8 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     """
     from hwquant.torch.metadata import attach_metadata
 
+    if debug_bypass(core_config):  # MCT's debug switch: the float model back, before any check
+        return in_module, None
     start = time.perf_counter()
     session, state = run_pytorch_ptq(in_module, representative_data_gen, target_resource_utilization, core_config,
                                      target_platform_capabilities)

@@ -46,6 +46,9 @@ def pytorch_gradient_post_training_quantization(
         the interest points, the time spent on Hessian scores and on training). The model is the same
         kind of module post-training quantization returns (saves, exports, simulates the integer kernels).
     """
+    from hwquant.ptq import debug_bypass
+    if debug_bypass(core_config):  # MCT's debug switch: the float model back, before any check
+        return model, None
     if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
         raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.get_pytorch_gptq_config(n_epochs)) "
                                  f"or None, got {type(gptq_config).__name__}")
