@@ -120,7 +120,7 @@ def main(argv=None) -> None:
     mctq = mct.exporter.mctq_inference_session(files["mctq"])
     outs["mctq"] = (run_session(mctq, evals), run_session(mctq, lab_x))
     step = next(m.activation_holder_quantizer.scale.item() for n, m in reversed(list(qmodel.named_modules()))
-                if n.endswith("activation_holder"))
+                if n.endswith("activation_holder_quantizer"))
 
     x1, x32 = evals[:1].numpy(), evals[:32].numpy()
     lat = latency_ms(sessions, x1, x32, args.rounds)
