@@ -5,7 +5,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
-from hwquant.core.config import CoreConfig, ResourceUtilization, RUTarget, UserInformation
+from hwquant.core.config import RU_FIELDS, CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import progress
@@ -13,10 +13,6 @@ from hwquant.tpc.platforms import get_target_platform_capabilities
 
 log = logging.getLogger("hwquant.ptq")
 DEFAULT_PYTORCH_TPC = get_target_platform_capabilities()
-
-
-_RU_FIELDS = {RUTarget.WEIGHTS: "weights_memory", RUTarget.ACTIVATION: "activation_memory",
-              RUTarget.TOTAL: "total_memory", RUTarget.BOPS: "bops"}
 
 
 def debug_bypass(core_config: Any) -> bool:
@@ -89,7 +85,7 @@ def user_information(state: Any, adapter: Any) -> UserInformation:
         # MCT's report: the figures of the restricted targets, the others left unset (inf); no target, None
         figures = compute_resource_utilization(state.graph, final_config, adapter).get_resource_utilization_dict()
         info.final_resource_utilization = ResourceUtilization(**{
-            _RU_FIELDS[t]: figures[t] for t in target.get_restricted_targets()})
+            RU_FIELDS[t]: figures[t] for t in target.get_restricted_targets()})
     if state.report.get("mixed_precision_choice") is not None:
         info.mixed_precision_cfg = state.report["mixed_precision_choice"]
         info.mixed_precision_bit_widths = state.report["mixed_precision"]["bit_widths"]

@@ -346,6 +346,11 @@ class RUTarget(Enum):
     BOPS = "bops"
 
 
+# the ResourceUtilization field of each target
+RU_FIELDS = {RUTarget.WEIGHTS: "weights_memory", RUTarget.ACTIVATION: "activation_memory",
+             RUTarget.TOTAL: "total_memory", RUTarget.BOPS: "bops"}
+
+
 class ResourceUtilization(ValidatedConfig):
     """Resource targets (or measured figures): weights / activation / total memory in bytes and
     bit-operations. ``inf`` means unrestricted; values must be >= 0 and not NaN."""

@@ -141,6 +141,7 @@ def _lp_errors(x: np.ndarray, w: Optional[np.ndarray], params: Sequence[np.ndarr
     err = np.zeros((R, T))
     cols = K if T * K <= _CHUNK else max(1, _CHUNK // T)
     exact_dtype = np.float64 if p > 2 else None  # |d|**p of float32 would under/overflow
+    fx = None if value_map is None else value_map(x)  # f of the data, once for every candidate
     for r0, r1 in _row_chunks(R, T * K):
         r = r1 - r0
         grid = make(*(a[r0:r1].ravel() for a in params))
@@ -152,7 +153,7 @@ def _lp_errors(x: np.ndarray, w: Optional[np.ndarray], params: Sequence[np.ndarr
             if value_map is None:
                 d -= xb
             else:
-                d = value_map(d) - value_map(xb)
+                d = (value_map(d).reshape(r, T, k1 - k0) - fx[r0:r1, None, k0:k1]).reshape(r * T, k1 - k0)
             np.abs(d, out=d)
             if p == 2:
                 d *= d

@@ -32,6 +32,11 @@ def final_config(node: Node) -> Optional[NodeQuantizationConfig]:
     return node.final_config
 
 
+def base_config(node: Node) -> Optional[NodeQuantizationConfig]:
+    """The TPC base (single-precision) config: the first candidate."""
+    return node.candidates[0] if node.candidates else None
+
+
 def max_bits_config(node: Node) -> Optional[NodeQuantizationConfig]:
     """The candidate with the most bits (the maximal figures a node can cost)."""
     if not node.candidates:

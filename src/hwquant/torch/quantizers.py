@@ -111,7 +111,6 @@ _CLASSES = {
     ("weights", QuantizationMethod.LUT_POT_QUANTIZER): _mixed(mctq.WeightsLUTPOTInferableQuantizer),
     ("weights", QuantizationMethod.LUT_SYM_QUANTIZER): _mixed(mctq.WeightsLUTSymmetricInferableQuantizer),
 }
-INFERABLE_QUANTIZER_CLASSES = tuple(_CLASSES.values())
 
 
 def make_inferable_quantizer(method, num_bits: int, params: Dict[str, Any], channel_axis: Optional[int] = None,
@@ -243,23 +242,22 @@ class PytorchQuantizationWrapper(_MctqWrapper):
         holder = self.__dict__.get("_input_holder")
         if holder is None or self.training:
             return None
-        q = holder.activation_holder_quantizer
-        grid = q.grid(x.device) if isinstance(q, InferableQuantizer) else q.grid()
+        grid = _grid_on(holder.activation_holder_quantizer, x.device)
         if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
             return None
         return torch.as_tensor(grid.scale).detach().float().reshape(()).to(x.device)
 
     def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor, kernel) -> torch.Tensor:
         wq = self.weights_quantizers["weight"]
-        w_grid = wq.grid(x.device) if isinstance(wq, InferableQuantizer) else wq.grid()
+        w_grid = _grid_on(wq, x.device)
         w_int, w_quantized = self._integer_weights(wq, w_grid)
-        self.layer.weight = w_quantized  # what a call leaves in the layer, as on the float path
+        self.set_quantize_weights({"weight": w_quantized})  # what a call leaves in the layer, as on the float path
         x_int = torch.round(x.float() / input_scale)  # x = (q - zp) * s exactly: this is q - zp
         acc = _accumulate(kernel, x_int, w_int)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
         scale = input_scale.float() * w_scale.float()
         shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
-        bias = getattr(self.layer, "bias", None) if "bias" not in self.weights_quantizers else self.bias
+        bias = self.float_weight("bias")
         if bias is not None:
             bias = bias.detach()
             if "bias" in self.weights_quantizers:
@@ -288,6 +286,11 @@ class PytorchQuantizationWrapper(_MctqWrapper):
                 w_quantized = quant_math.fake_quantize(w.detach(), grid)
             cached = self.__dict__["_w_int_cache"] = (key, w_int, w_quantized)
         return cached[1], cached[2]
+
+
+def _grid_on(quantizer: Any, device: torch.device):
+    """A quantizer's grid, on ``device`` for an inferable one (a trainable one's follows its parameters)."""
+    return quantizer.grid(device) if isinstance(quantizer, InferableQuantizer) else quantizer.grid()
 
 
 def quantizer_slots(model: nn.Module) -> Iterator[Tuple[str, nn.Module, Optional[str], Any]]:

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.pipeline import prepare
-from hwquant.core.resource_utilization import compute_resource_utilization
+from hwquant.core.resource_utilization import base_config, compute_resource_utilization
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 
@@ -21,5 +21,4 @@ def pytorch_resource_utilization_data(in_model: Any, representative_data_gen: Ca
 
     session = start_session(in_model, representative_data_gen, core_config, target_platform_capabilities)
     prepare(session.state)
-    return compute_resource_utilization(session.graph, lambda node: node.candidates[0] if node.candidates else None,
-                                        session.adapter)  # candidates[0]: the base config
+    return compute_resource_utilization(session.graph, base_config, session.adapter)

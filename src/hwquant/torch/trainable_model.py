@@ -23,8 +23,7 @@ from hwquant.core.graph import Graph, Node
 from hwquant.core.integer_accumulation import input_grid_source
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
-from hwquant.torch.quantizers import (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
-                                      _integer_kernel, set_quantizer)
+from hwquant.torch.quantizers import PytorchQuantizationWrapper, _integer_kernel, quantizer_slots, set_quantizer
 from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
 
@@ -106,23 +105,19 @@ def build_trainable_model(graph: Graph, factory: TrainableQuantizerFactory, devi
             source = input_grid_source(graph, node, _moves_values)
             holder = placement.get(source.name, {}).get("holder") if source is not None else None
             wrapper.set_input_holder(model.get_submodule(holder) if holder else None)
-    quantizer_params = {id(p) for _, q in trainable_quantizers(model) for p in q.parameters()}
+    quantizer_params = {id(p) for *_, q in trainable_quantizers(model) for p in q.parameters()}
     for p in model.parameters():
         if id(p) not in quantizer_params:
             p.requires_grad_(True)
     return model.to(device).train()
 
 
-def trainable_quantizers(model: nn.Module) -> Iterator[Tuple[nn.Module, BasePytorchTrainableQuantizer]]:
-    """(the wrapper or holder holding it, quantizer) for every trainable quantizer of ``model``."""
-    for module in model.modules():
-        if isinstance(module, PytorchQuantizationWrapper):
-            for q in module.weights_quantizers.values():
-                if isinstance(q, BasePytorchTrainableQuantizer):
-                    yield module, q
-        elif isinstance(module, PytorchActivationQuantizationHolder):
-            if isinstance(module.activation_holder_quantizer, BasePytorchTrainableQuantizer):
-                yield module, module.activation_holder_quantizer
+def trainable_quantizers(model: nn.Module) -> Iterator[Tuple[nn.Module, Optional[str], BasePytorchTrainableQuantizer]]:
+    """(the wrapper or holder holding it, weight name or None, quantizer) for every trainable
+    quantizer of ``model``."""
+    for _, owner, weight, q in quantizer_slots(model):
+        if isinstance(q, BasePytorchTrainableQuantizer):
+            yield owner, weight, q
 
 
 def convert_to_inferable(model: nn.Module) -> nn.Module:
@@ -144,17 +139,15 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
                                  f"{', '.join(layers[:8])}{' and more' if len(layers) > 8 else ''}; the model is "
                                  "left as it is. Train again with a lower learning rate (or gradient clipping) "
                                  "from the QAT init model")
-    converted: List[Tuple[nn.Module, BasePytorchTrainableQuantizer, nn.Module]] = []
-    for owner, q in found:
+    converted: List[Tuple[nn.Module, Optional[str], Any]] = []
+    for owner, weight, q in found:
         try:
-            converted.append((owner, q, q.convert_to_inferable_quantizers()))
+            converted.append((owner, weight, q.convert_to_inferable_quantizers()))
         except ValueError as e:
             raise InvalidConfigError(f"cannot convert the quantizer of '{names.get(id(owner), '?')}': {e} "
                                      f"(did training diverge? its parameters are {[p.tolist() for p in q.parameters()]})") from e
-    for owner, q, inferable in converted:
-        key = next(k for k, v in owner.weights_quantizers.items() if v is q) \
-            if isinstance(owner, PytorchQuantizationWrapper) else None
-        set_quantizer(owner, key, inferable)
+    for owner, weight, inferable in converted:
+        set_quantizer(owner, weight, inferable)
     for module in model.modules():
         if isinstance(module, PytorchQuantizationWrapper):
             holder = module.__dict__.get("_input_holder")

@@ -10,20 +10,18 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, List, Optional
 
-from hwquant.core.config import ResourceUtilization, RUTarget
+from hwquant.core.config import RU_FIELDS, ResourceUtilization, RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import minimum, refine, search
 from hwquant.core.resource_utilization import max_bits_config
 from hwquant.errors import InvalidConfigError
 
 log = logging.getLogger("hwquant.mixed_precision")
-_FIELD = {RUTarget.WEIGHTS: "weights_memory", RUTarget.ACTIVATION: "activation_memory",
-          RUTarget.TOTAL: "total_memory", RUTarget.BOPS: "bops"}
 _UNIT = {RUTarget.WEIGHTS: "bytes", RUTarget.ACTIVATION: "bytes", RUTarget.TOTAL: "bytes", RUTarget.BOPS: "bit-operations"}
 
 
 def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], jointly: bool) -> InvalidConfigError:
-    lines = [f"{_FIELD[t]}={targets[t]:.6g} {_UNIT[t]} (smallest reachable: {minima[t]:.6g})" for t in targets]
+    lines = [f"{RU_FIELDS[t]}={targets[t]:.6g} {_UNIT[t]} (smallest reachable: {minima[t]:.6g})" for t in targets]
     what = ("no choice of candidates meets these targets together, though each alone is reachable"
             if jointly else "the resource target is below what the smallest candidates reach")
     return InvalidConfigError(f"{what}: {'; '.join(lines)}. Raise the target(s), or allow fewer bits in the "
