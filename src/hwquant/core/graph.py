@@ -144,15 +144,17 @@ class Graph:
         items.insert(pos, (node.name, node))
         self._nodes = dict(items)
 
-    def rename_node(self, node: Union[Node, str], base: str) -> str:
-        """Give a node a new name (``base``, made unique), keeping its place; its users and the model
-        outputs follow. Returns the name."""
+    def rename_node(self, node: Union[Node, str], base: str, keyed: Optional[dict] = None) -> str:
+        """Give a node a new name (``base``, made unique), keeping its place; its users, the model
+        outputs and its entry in ``keyed`` (a dict by node name) follow. Returns the name."""
         node = self._resolve(node)
         new = self.unique_name(base)
         old = node.name
         self.replace_uses(old, new)
         node.name = new
         self._nodes = {(new if k == old else k): v for k, v in self._nodes.items()}
+        if keyed is not None and old in keyed:
+            keyed[new] = keyed.pop(old)
         return new
 
     def unique_name(self, base: str) -> str:

@@ -39,9 +39,6 @@ def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter, priors: Optional[d
         layer.set_weight(bias, ((b - params.mean) * scale + params.beta).astype(w.dtype))
         layer.output_shape = bn.output_shape
         graph.remove_node(bn)
-        old = layer.name
-        new = graph.rename_node(layer, f"{old}_bn")  # MCT's name for a layer with a folded batch-norm
-        if priors is not None and old in priors:
-            priors[new] = priors.pop(old)
+        graph.rename_node(layer, f"{layer.name}_bn", priors)  # MCT's name for a layer with a folded batch-norm
         folded += 1
     return folded

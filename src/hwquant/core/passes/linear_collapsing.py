@@ -100,10 +100,8 @@ def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter, priors: Opti
             graph.remove_node(first)  # the second layer now reads the first's input
             adapter.set_linear_layer(second, kernel.astype(dtype),
                                      None if bias is None else bias.astype(dtype), geometry)
-            old = second.name
-            new = graph.rename_node(second, f"{first.name}_{old}_collapsed")  # MCT's name
-            if priors is not None and old in priors:  # the collapsed layer has the second's output
-                priors[new] = priors.pop(old)
+            # MCT's name; the collapsed layer has the second's output, so its prior
+            graph.rename_node(second, f"{first.name}_{second.name}_collapsed", priors)
             collapsed += 1
             break
         else:
