@@ -82,3 +82,30 @@ def test_activation_target_keeps_kernels_at_their_base_bits():
     assert kernels == {8}
     assert info.final_resource_utilization.activation_memory <= 1536 * 1.5
     assert math.isinf(info.final_resource_utilization.weights_memory)
+
+
+# MCT 2.6.1 with edge-mdt-tpc 1.3.0's IMX500 1.0 LUT TPC on Small: the same figures, and at 75 / 50 /
+# 30 % of the weights memory these kernels (LUT = WeightsLUTSymmetricInferableQuantizer).
+MCT_LUT_CHOICE = {0.75: (432, {"conv1_bn": 8, "conv2": 8, "conv3": 4, "fc": 4}),
+                  0.5: (288, {"conv1_bn": 4, "conv2": 4, "conv3": 4, "fc": 4}),
+                  0.3: (162, {"conv1_bn": 2, "conv2": 4, "conv3": 2, "fc": 2})}
+
+
+@pytest.mark.parametrize("fraction", sorted(MCT_LUT_CHOICE))
+def test_lut_tpc_mixed_precision_as_mct(fraction):
+    from mct_quantizers.pytorch.quantizers import WeightsLUTSymmetricInferableQuantizer, WeightsSymmetricInferableQuantizer
+    model, gen = _setup()
+    tpc = mct.get_target_platform_capabilities("1.0", "imx500", extended_version="lut")
+    q, info = mct.ptq.pytorch_post_training_quantization(
+        model, gen, target_resource_utilization=RU(weights_memory=576 * fraction), target_platform_capabilities=tpc)
+    memory, bits = MCT_LUT_CHOICE[fraction]
+    assert info.final_resource_utilization.weights_memory == memory
+    quantizers = {n: w.weights_quantizers["weight"] for n, w in q.named_modules() if hasattr(w, "weights_quantizers")}
+    assert {n: k.num_bits for n, k in quantizers.items()} == bits
+    for k in quantizers.values():
+        lut = isinstance(k, WeightsLUTSymmetricInferableQuantizer)
+        assert lut == (k.num_bits < 8) and lut != isinstance(k, WeightsSymmetricInferableQuantizer)
+        if lut:  # at most 2**bits distinct values per channel
+            assert len(k.lut_values) <= 2 ** k.num_bits
+    x = next(gen())[0]
+    assert torch.isfinite(q(x)).all()

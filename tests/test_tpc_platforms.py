@@ -101,10 +101,55 @@ def test_version_and_device_resolution():
     assert get_target_platform_capabilities("pytorch", "imx500", "v1") == get_target_platform_capabilities()
     with pytest.raises(InvalidTPCError, match="available: imx500, tflite, qnnpack"):
         get_target_platform_capabilities("1.0", "gpu")
-    with pytest.raises(InvalidTPCError, match="available: 1.0, 4.0, 5.0, 6.0"):
+    with pytest.raises(InvalidTPCError, match="available: 1.0, 1.0_lut, 4.0, 4.1, 5.0, 6.0"):
         get_target_platform_capabilities("2.0")
     with pytest.raises(InvalidTPCError, match="v1_lut"):
-        get_target_platform_capabilities("pytorch", "imx500", "v1_lut")
+        get_target_platform_capabilities("pytorch", "imx500", "v2")
+
+
+def test_edge_mdt_tpc_versions():
+    """edge-mdt-tpc's two extra IMX500 versions (compared field by field with the package's own TPCs,
+    read into hwquant, when written): 1.0_lut and 4.1."""
+    lut = get_target_platform_capabilities("1.0", "imx500", extended_version="lut")
+    assert lut == get_target_platform_capabilities("1.0_lut") == get_target_platform_capabilities("pytorch", "imx500", "v1_lut")
+    methods = {c.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits: c.attr_weights_configs_mapping[KERNEL_ATTR].weights_quantization_method
+               for c in lut.get_config_options_by_operators_set("Conv").quantization_configurations}
+    assert methods == {8: M.SYMMETRIC, 4: M.LUT_SYM_QUANTIZER, 2: M.LUT_SYM_QUANTIZER}
+    assert not lut.get_config_options_by_operators_set("BatchNorm").base_config.enable_activation_quantization
+    v40, v41 = get_target_platform_capabilities("4.0"), get_target_platform_capabilities("4.1")
+    assert (v41.tpc_minor_version, v41.tpc_patch_version) == (4, 1)
+    assert {c.activation_n_bits for c in v41.get_config_options_by_operators_set("Sigmoid").quantization_configurations} == {8}
+    others = lambda t: [s for s in t.operator_set if s.name != "Sigmoid"]
+    assert others(v40) == others(v41)
+
+
+def test_sdsp_converter_versions_pick_their_tpc():
+    from hwquant import get_target_platform_capabilities_sdsp
+    assert get_target_platform_capabilities_sdsp() == get_target_platform_capabilities("1.0")
+    assert get_target_platform_capabilities_sdsp("3.16") == get_target_platform_capabilities("4.0")
+    assert get_target_platform_capabilities_sdsp(3.17) == get_target_platform_capabilities("5.0")
+    with pytest.raises(InvalidTPCError, match="SDSP.*'3.1'.*available: 3.14, 3.16"):
+        get_target_platform_capabilities_sdsp("3.1")
+
+
+def test_get_current_tpc_is_the_open_attachment():
+    from hwquant.target_platform_capabilities import FrameworkQuantizationCapabilities, get_current_tpc
+    fqc = FrameworkQuantizationCapabilities(get_target_platform_capabilities())
+    with pytest.raises(InvalidTPCError, match="inside a `with fqc:` block"):
+        get_current_tpc()
+    with fqc:
+        assert get_current_tpc() is fqc
+
+
+def test_a_tpc_object_of_another_package_is_read_through_its_json_form():
+    from hwquant.tpc import load_target_platform_capabilities
+    from hwquant.tpc.serialization import tpc_to_dict
+    ours = get_target_platform_capabilities("4.0")
+
+    class TargetPlatformCapabilities:  # what MCT / edge-mdt-tpc hand over: a pydantic model of the same schema
+        def model_dump(self, mode="python"):
+            return tpc_to_dict(ours)
+    assert load_target_platform_capabilities(TargetPlatformCapabilities()) == ours
 
 
 def test_each_call_returns_an_equal_fresh_object():

@@ -13,4 +13,5 @@ from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)
 from hwquant.logger import set_log_folder, set_progress_bars  # noqa: F401,E402
-from hwquant.tpc import QuantizationMethod, get_target_platform_capabilities  # noqa: F401,E402
+from hwquant.tpc import (QuantizationMethod, get_target_platform_capabilities,  # noqa: F401,E402
+                         get_target_platform_capabilities_sdsp)

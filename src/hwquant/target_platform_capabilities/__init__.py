@@ -4,6 +4,7 @@ from hwquant.tpc import (AttributeFilter, AttributeQuantizationConfig, Contains,
                          OperationsToLayers, OperatorSetConcat, OperatorSetGroup, OperatorSetNames, OperatorsSet,
                          OpQuantizationConfig, QuantizationConfigOptions, QuantizationMethod, SCHEMA_VERSION,
                          Signedness, Smaller, SmallerEq, TargetPlatformCapabilities, TargetPlatformModel,
-                         export_target_platform_capabilities, get_target_platform_capabilities,
+                         export_target_platform_capabilities, get_current_tpc, get_target_platform_capabilities,
+                         get_target_platform_capabilities_sdsp,
                          load_target_platform_capabilities)
 from hwquant.target_platform_capabilities import schema, target_platform, tpc_io_handler  # noqa: E402

@@ -104,6 +104,15 @@ class OperationsToLayers:
         return iter(self.op_sets_to_layers)
 
 
+def get_current_tpc() -> "FrameworkQuantizationCapabilities":
+    """The FrameworkQuantizationCapabilities whose `with` block is open (the one that
+    `OperationsSetToLayers(...)` attaches to)."""
+    if not _ATTACH_STACK:
+        raise InvalidTPCError("no FrameworkQuantizationCapabilities is being defined: get_current_tpc() works "
+                              "inside a `with fqc:` block")
+    return _ATTACH_STACK[-1]
+
+
 class FrameworkQuantizationCapabilities:
     """A TPC attached to one framework's layers.
 

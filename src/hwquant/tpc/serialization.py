@@ -90,7 +90,10 @@ def export_target_platform_capabilities(tpc: TargetPlatformCapabilities, path: U
 
 def load_target_platform_capabilities(source: Any) -> TargetPlatformCapabilities:
     """The TPC a facade was given: a JSON file path, or a TPC object (also an older-API
-    TargetPlatformModel or a framework attachment), returned as the TPC it stands for."""
+    TargetPlatformModel, a framework attachment, or a TPC object of MCT / edge-mdt-tpc, read through
+    its JSON form), returned as the TPC it stands for."""
+    if _is_foreign_tpc(source):
+        return tpc_from_dict(source.model_dump(mode="json"), source=f"{type(source).__module__} TPC object")
     if not isinstance(source, (str, os.PathLike)):
         try:
             return to_tpc(source)
@@ -105,6 +108,12 @@ def load_target_platform_capabilities(source: Any) -> TargetPlatformCapabilities
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidTPCError(f"TPC file '{path}' cannot be read: {e}") from e
     return tpc_from_json(text, source=f"TPC file '{path}'")
+
+
+def _is_foreign_tpc(obj: Any) -> bool:
+    """A pydantic TPC from another package that writes the same schema (MCT, edge-mdt-tpc)."""
+    return (not isinstance(obj, TargetPlatformCapabilities) and type(obj).__name__ == "TargetPlatformCapabilities"
+            and callable(getattr(obj, "model_dump", None)))
 
 
 def tpc_from_json(text: str, source: str = "TPC JSON") -> TargetPlatformCapabilities:

@@ -1,10 +1,12 @@
-"""Sony IMX500 target platforms, versions 1.0, 4.0, 5.0 and 6.0.
+"""Sony IMX500 target platforms, versions 1.0, 4.0, 5.0 and 6.0, and the two extra versions of the
+edge-mdt-tpc package: 1.0_lut and 4.1.
 
 All versions: power-of-two 8-bit activations, symmetric per-channel 8-bit kernels with 4- and 2-bit
 mixed-precision candidates (wider SIMD at fewer bits), SIMD padding, convolution + activation fusing.
 From 4.0: 16-bit activation candidates, quantization-preserving reshaping ops and quantized
 constant inputs of binary ops. 5.0: 8-bit-only sigmoid, positional constants of Add/Sub/Mul, and
-Exp/Sin/Cos. 6.0: Take and IndexSelect.
+Exp/Sin/Cos. 6.0: Take and IndexSelect. 1.0_lut: 1.0 with non-uniform (lookup-table, symmetric)
+4- and 2-bit kernel candidates. 4.1: 4.0 with an 8-bit-only sigmoid output, as 5.0.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from hwquant.tpc.enums import Signedness
 from hwquant.tpc.platforms._blocks import attr, fusing, op, options, sets
 from hwquant.tpc.schema import TargetPlatformCapabilities
 
-VERSIONS = ("1.0", "4.0", "5.0", "6.0")
+VERSIONS = ("1.0", "1.0_lut", "4.0", "4.1", "5.0", "6.0")
 
 _DEFAULT_WEIGHT = attr(M.POWER_OF_TWO, 8, per_channel=False, enabled=False)
 _KERNEL = attr(M.SYMMETRIC, 8, per_channel=True, enabled=True)
@@ -37,12 +39,16 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     """The IMX500 TPC of `version` (one of VERSIONS)."""
     if version not in VERSIONS:
         raise ValueError(f"IMX500 TPC version '{version}' does not exist; available: {', '.join(VERSIONS)}")
-    major = int(version.split(".")[0])
+    number, _, extension = version.partition("_")
+    major, minor = (int(x) for x in number.split("."))
     default = op(_DEFAULT_WEIGHT)
     linear = op(_DEFAULT_WEIGHT, attrs={KERNEL_ATTR: _KERNEL, BIAS_ATTR: _BIAS})
-    # Fewer kernel bits run on a wider SIMD unit.
-    mixed = [linear.clone_and_edit(attr_to_edit={KERNEL_ATTR: {"weights_n_bits": b}}, simd_size=32 * 8 // b)
-             for b in (8, 4, 2)]
+
+    # Fewer kernel bits run on a wider SIMD unit; the LUT variant's low-bit kernels are non-uniform.
+    def kernel(bits: int) -> dict:
+        lut = extension == "lut" and bits < 8
+        return {"weights_n_bits": bits, **({"weights_quantization_method": M.LUT_SYM_QUANTIZER} if lut else {})}
+    mixed = [linear.clone_and_edit(attr_to_edit={KERNEL_ATTR: kernel(b)}, simd_size=32 * 8 // b) for b in (8, 4, 2)]
     if major >= 4:
         mixed += [c.clone_and_edit(activation_n_bits=16, signedness=Signedness.SIGNED) for c in mixed]
     mixed_qco = options(mixed, base=mixed[0])
@@ -50,12 +56,14 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     no_quant = options([default.clone_and_edit(enable_activation_quantization=False)])
 
     if major == 1:
-        operator_set = (sets([N.STACK.value], default_qco) + sets(_names(_NO_QUANT_V1), no_quant)
+        # edge-mdt-tpc's 1.0_lut also leaves an unfolded batch norm unquantized
+        no_quant_names = _NO_QUANT_V1 + ([N.BATCH_NORM] if extension == "lut" else [])
+        operator_set = (sets([N.STACK.value], default_qco) + sets(_names(no_quant_names), no_quant)
                         + sets(_names(_KERNEL_OPS), mixed_qco) + sets(_names(_ACTIVATIONS_V1), None))
         act_after_conv = [N.RELU, N.RELU6, N.LEAKY_RELU, N.HARD_TANH, N.SWISH, N.HARDSWISH, N.PRELU, N.SIGMOID, N.TANH]
         act_after_fc = [N.RELU, N.RELU6, N.LEAKY_RELU, N.HARD_TANH, N.SWISH, N.HARDSWISH, N.SIGMOID]
     else:
-        operator_set = _operator_sets_v4_plus(major, default, no_quant, mixed_qco)
+        operator_set = _operator_sets_v4_plus(major, minor, default, no_quant, mixed_qco)
         act_after_conv = [N.RELU, N.RELU6, N.LEAKY_RELU, N.HARD_TANH, N.SWISH, N.GELU, N.HARDSWISH, N.HARDSIGMOID,
                           N.PRELU, N.SIGMOID, N.TANH]
         act_after_fc = [N.RELU, N.RELU6, N.LEAKY_RELU, N.HARD_TANH, N.SWISH, N.SIGMOID, N.TANH, N.GELU, N.HARDSWISH,
@@ -70,11 +78,11 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     )
     return TargetPlatformCapabilities(
         default_qco=default_qco, operator_set=tuple(operator_set), fusing_patterns=patterns,
-        tpc_minor_version=major, tpc_patch_version=0, tpc_platform_type=IMX500_TPC,
-        add_metadata=major >= 4, name="imx500_tpc", is_simd_padding=True)
+        tpc_minor_version=major, tpc_patch_version=minor, tpc_platform_type=IMX500_TPC,
+        add_metadata=major >= 4 or extension == "lut", name="imx500_lut_tpc" if extension == "lut" else "imx500_tpc", is_simd_padding=True)
 
 
-def _operator_sets_v4_plus(major, default, no_quant, mixed_qco) -> list:
+def _operator_sets_v4_plus(major, minor, default, no_quant, mixed_qco) -> list:
     io16 = (8, 16)
     no_quant_cfg = no_quant.base_config
     preserving = options([no_quant_cfg.clone_and_edit(quantization_preserving=True)])
@@ -120,7 +128,7 @@ def _operator_sets_v4_plus(major, default, no_quant, mixed_qco) -> list:
                + sets(_names([N.ADD, N.SUB, N.MUL]), binary)
                + sets([N.DIV.value], div)
                + sets(_names([N.PRELU, N.SWISH, N.HARDSWISH]), act_8_or_16)
-               + sets([N.SIGMOID.value], act_8_only if major >= 5 else act_8_or_16)
+               + sets([N.SIGMOID.value], act_8_only if (major, minor) >= (4, 1) else act_8_or_16)
                + sets(_names([N.TANH, N.GELU, N.HARDSIGMOID, N.HARD_TANH]), act_8_or_16))
     if major >= 5:
         result += sets(_names([N.EXP, N.SIN, N.COS]), act_8_or_16)
