@@ -9,9 +9,10 @@ The public namespaces mirror the documented Model Compression Toolkit API.
 __version__ = "0.1.0"
 
 from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
-                     target_platform_capabilities, trainable_infrastructure)
+                     target_platform_capabilities, trainable_infrastructure, wrapper)
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)
 from hwquant.logger import set_log_folder, set_progress_bars  # noqa: F401,E402
 from hwquant.tpc import (QuantizationMethod, get_target_platform_capabilities,  # noqa: F401,E402
                          get_target_platform_capabilities_sdsp)
+from hwquant.wrapper import MCTWrapper  # noqa: F401,E402

@@ -1,0 +1,137 @@
+"""`MCTWrapper`: one call that quantizes a model for the IMX500 converter version it names and exports it.
+
+    flag, quantized = MCTWrapper().quantize_and_export(model, representative_dataset, method="GPTQ",
+                                                       use_mixed_precision=True,
+                                                       param_items=[["weights_compression_ratio", 0.5]])
+
+The call picks the TPC from `sdsp_version`, builds the core configuration from the parameters, for
+mixed precision sets a weights-memory target of `weights_compression_ratio` times the model's
+8-bit weights memory, runs PTQ or GPTQ and exports to `save_model_path` (MCTQ ONNX for PyTorch).
+Parameters are given as `[[key, value], ...]`; each mode reads its own subset (`PARAMETERS_BY_MODE`).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from hwquant import core, exporter, gptq, ptq
+from hwquant.errors import InvalidConfigError
+from hwquant.tpc import get_target_platform_capabilities_sdsp
+
+log = logging.getLogger(__name__)
+
+# Every parameter and its default (MCT's).
+DEFAULT_PARAMETERS: Dict[str, Any] = {
+    "sdsp_version": "3.14",
+    "activation_error_method": core.QuantizationErrorMethod.MSE,
+    "weights_bias_correction": True,
+    "z_threshold": float("inf"),
+    "linear_collapsing": True,
+    "residual_collapsing": True,
+    "distance_weighting_method": None,
+    "num_of_images": 32,
+    "use_hessian_based_scores": False,
+    "weights_compression_ratio": 0.75,
+    "n_epochs": 5,
+    "optimizer": None,
+    "save_model_path": "./qmodel.onnx",
+}
+_QUANTIZATION = ("activation_error_method", "weights_bias_correction", "z_threshold", "linear_collapsing",
+                 "residual_collapsing")
+_MIXED_PRECISION = ("distance_weighting_method", "num_of_images", "use_hessian_based_scores")
+_COMMON = ("sdsp_version", *_QUANTIZATION, "save_model_path")
+_GPTQ = ("n_epochs", "optimizer")
+# (method, use_mixed_precision) -> the parameters that mode reads
+PARAMETERS_BY_MODE: Dict[Tuple[str, bool], Tuple[str, ...]] = {
+    ("PTQ", False): _COMMON,
+    ("PTQ", True): _COMMON + _MIXED_PRECISION + ("weights_compression_ratio",),
+    ("GPTQ", False): _COMMON + _GPTQ,
+    ("GPTQ", True): _COMMON + _MIXED_PRECISION + ("weights_compression_ratio",) + _GPTQ,
+}
+FRAMEWORKS = ("pytorch", "tensorflow")
+
+
+class MCTWrapper:
+    """MCT's wrapper over quantization (PTQ or GPTQ, with or without mixed precision) and export.
+
+    `params` holds the parameters of the last call's mode, as used.
+    """
+
+    def __init__(self) -> None:
+        self.params: Dict[str, Any] = dict(DEFAULT_PARAMETERS)
+
+    def quantize_and_export(self, float_model: Any, representative_dataset: Callable[[], Any],
+                            framework: str = "pytorch", method: str = "PTQ", use_mixed_precision: bool = False,
+                            param_items: Optional[Sequence[Sequence[Any]]] = None) -> Tuple[bool, Any]:
+        """Quantize `float_model` and export it to the `save_model_path` parameter.
+
+        Args:
+            float_model: the float model (a torch.nn.Module for framework 'pytorch').
+            representative_dataset: zero-argument callable returning a fresh iterator of input batches.
+            framework: 'pytorch' ('tensorflow' once the Keras back end exists).
+            method: 'PTQ' or 'GPTQ'.
+            use_mixed_precision: search kernel bit widths under a weights-memory target of
+                `weights_compression_ratio` x the model's weights memory at its base bit widths.
+            param_items: `[[key, value], ...]` overriding DEFAULT_PARAMETERS.
+
+        Returns:
+            (True, the quantized model); errors are raised, nothing is exported then.
+        """
+        mode = _check_mode(framework, method, use_mixed_precision)
+        params = _parameters(mode, param_items)
+        self.params = params
+        tpc = get_target_platform_capabilities_sdsp(params["sdsp_version"])
+        quantization = core.QuantizationConfig(**{k: params[k] for k in _QUANTIZATION})
+        if use_mixed_precision:
+            mixed = core.MixedPrecisionQuantizationConfig(**{k: params[k] for k in _MIXED_PRECISION})
+            core_config = core.CoreConfig(quantization_config=quantization, mixed_precision_config=mixed)
+            full = core.pytorch_resource_utilization_data(float_model, representative_dataset, core_config, tpc)
+            target = core.ResourceUtilization(weights_memory=full.weights_memory * params["weights_compression_ratio"])
+        else:
+            core_config, target = core.CoreConfig(quantization_config=quantization), None
+        common = dict(target_resource_utilization=target, core_config=core_config, target_platform_capabilities=tpc)
+        if method == "PTQ":
+            quantized, _ = ptq.pytorch_post_training_quantization(float_model, representative_dataset, **common)
+        else:
+            gptq_config = gptq.get_pytorch_gptq_config(n_epochs=params["n_epochs"], optimizer=params["optimizer"])
+            quantized, _ = gptq.pytorch_gradient_post_training_quantization(float_model, representative_dataset,
+                                                                            gptq_config=gptq_config, **common)
+        exporter.pytorch_export_model(quantized, params["save_model_path"], representative_dataset)
+        return True, quantized
+
+
+def _check_mode(framework: str, method: str, use_mixed_precision: bool) -> Tuple[str, bool]:
+    if method not in ("PTQ", "GPTQ"):
+        hint = " (LQ-PTQ is a TensorFlow-only method of MCT's and is not provided)" if method == "LQPTQ" else ""
+        raise InvalidConfigError(f"method={method!r} is not supported{hint}: use 'PTQ' or 'GPTQ'")
+    if framework not in FRAMEWORKS:
+        raise InvalidConfigError(f"framework={framework!r} is not supported: use one of {', '.join(FRAMEWORKS)}")
+    if framework == "tensorflow":
+        raise InvalidConfigError("framework='tensorflow': hwquant has no Keras back end yet; quantize a PyTorch "
+                                 "model with framework='pytorch'")
+    if not isinstance(use_mixed_precision, bool):
+        raise InvalidConfigError(f"use_mixed_precision must be True or False, got {use_mixed_precision!r}")
+    return method, use_mixed_precision
+
+
+def _parameters(mode: Tuple[str, bool], param_items: Optional[Sequence[Sequence[Any]]]) -> Dict[str, Any]:
+    """The mode's parameters: defaults, overridden by `param_items`. A key no mode knows is an error (a
+    typo would otherwise be dropped silently); a key another mode reads is ignored with a warning."""
+    wanted = PARAMETERS_BY_MODE[mode]
+    params = {k: DEFAULT_PARAMETERS[k] for k in wanted}
+    for item in param_items or ():
+        if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
+            raise InvalidConfigError(f"param_items holds {item!r}; each item must be a [key, value] pair")
+        key, value = item
+        if key not in DEFAULT_PARAMETERS:
+            raise InvalidConfigError(f"param_items: unknown parameter {key!r}; known: {', '.join(DEFAULT_PARAMETERS)}")
+        if key not in wanted:
+            log.warning("param_items: %r is not used by method=%r with use_mixed_precision=%s; ignored",
+                        key, mode[0], mode[1])
+            continue
+        params[key] = value
+    ratio = params.get("weights_compression_ratio")
+    if ratio is not None and not (isinstance(ratio, (int, float)) and 0 < ratio <= 1):
+        raise InvalidConfigError(f"weights_compression_ratio={ratio!r}: give a fraction in (0, 1] of the "
+                                 "model's weights memory")
+    return params
