@@ -97,7 +97,8 @@ def main(argv=None) -> None:
     for key, ser, fmt, suffix in (("qdq", SF.ONNX, QF.FAKELY_QUANT, ".onnx"), ("mctq", SF.ONNX, QF.MCTQ, ".onnx"),
                                   ("torchscript", SF.TORCHSCRIPT, QF.FAKELY_QUANT, ".pt")):
         t0 = time.perf_counter()
-        files[key] = mct.exporter.pytorch_export_model(qmodel, tmp / f"hwquant_{key}{suffix}", rep_gen, ser, fmt)
+        files[key] = mct.exporter.pytorch_export_model(qmodel, tmp / f"hwquant_{key}{suffix}", rep_gen,
+                                                      serialization_format=ser, quantization_format=fmt)
         export_s[key] = time.perf_counter() - t0
     files["saved"] = mct.exporter.save_quantized_model(qmodel, tmp / "hwquant_saved.pt")
 

@@ -318,7 +318,8 @@ def test_metadata_in_the_onnx_file(quantized, tmp_path):
 
 def test_torchscript_round_trip_with_metadata(quantized, tmp_path):
     q = quantized[TwoInTwoOut]
-    path = mct.exporter.pytorch_export_model(q, tmp_path / "m.pt", _gen(TwoInTwoOut), SF.TORCHSCRIPT, QF.FAKELY_QUANT)
+    path = mct.exporter.pytorch_export_model(q, tmp_path / "m.pt", _gen(TwoInTwoOut), serialization_format=SF.TORCHSCRIPT,
+                                             quantization_format=QF.FAKELY_QUANT)
     extra = {"hwquant_metadata.json": ""}
     loaded = torch.jit.load(str(path), _extra_files=extra)
     assert json.loads(extra["hwquant_metadata.json"])["serialization_format"] == "TORCHSCRIPT"
@@ -391,3 +392,37 @@ def test_mctq_file_runs_with_mct_quantizers_session_options(quantized, tmp_path)
     sess = ort.InferenceSession(str(path), mct_quantizers.get_ort_session_options(),
                                 providers=["CPUExecutionProvider"])
     _assert_parity(q, sess, _data(DepthwiseResidual, n=1, batch=16, seed=9)[0])
+
+
+# ----------------------------------------------------------------------------- MCT's signature
+@pytest.mark.parametrize("fmt", [QF.MCTQ, QF.FAKELY_QUANT])
+def test_output_names_name_the_onnx_outputs(quantized, tmp_path, fmt):
+    q = quantized[TwoInTwoOut]
+    path = _export(q, tmp_path / "m.onnx", TwoInTwoOut, quantization_format=fmt, output_names=["boxes", "scores"])
+    assert [o.name for o in onnx.load(path).graph.output] == ["boxes", "scores"]
+    with pytest.raises(ExportError, match="output_names has 1 names"):
+        _export(q, tmp_path / "n.onnx", TwoInTwoOut, output_names=["boxes"])
+    assert not (tmp_path / "n.onnx").exists()
+
+
+def test_torchscript_ignores_output_names_with_a_warning(quantized, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="hwquant.exporter"):
+        _export(quantized[TwoInTwoOut], tmp_path / "m.pt", TwoInTwoOut, serialization_format=SF.TORCHSCRIPT,
+                quantization_format=QF.FAKELY_QUANT, output_names=["a", "b"])
+    assert "output_names only name ONNX outputs" in caplog.text
+
+
+def test_is_layer_exportable_fn_is_called_on_each_layer_and_can_refuse(quantized, tmp_path):
+    q = quantized[PlainCNN]
+    seen = []
+    _export(q, tmp_path / "m.onnx", PlainCNN, is_layer_exportable_fn=lambda layer: seen.append(layer) or True)
+    assert seen == list(q.children())
+    assert all(mct.exporter.is_pytorch_layer_exportable(layer) for layer in q.children())
+    with pytest.raises(ExportError, match="refused the layers"):
+        _export(q, tmp_path / "n.onnx", PlainCNN, is_layer_exportable_fn=lambda layer: not hasattr(layer, "weights_quantizers"))
+    assert not (tmp_path / "n.onnx").exists()
+
+
+def test_a_format_given_where_mct_has_is_layer_exportable_fn_is_explained(quantized, tmp_path):
+    with pytest.raises(ExportError, match="fourth positional argument is is_layer_exportable_fn"):
+        mct.exporter.pytorch_export_model(quantized[PlainCNN], tmp_path / "m.onnx", _gen(PlainCNN), SF.ONNX)

@@ -9,6 +9,9 @@ def __getattr__(name):
     if name in ("mctq_inference_session", "lower_mctq"):
         from hwquant.exporter import onnx_runtime
         return getattr(onnx_runtime, name)
+    if name == "is_pytorch_layer_exportable":
+        from hwquant.torch.export_model import is_pytorch_layer_exportable
+        return is_pytorch_layer_exportable
     if name in ("save_quantized_model", "load_quantized_model", "SavedModelError"):
         from hwquant.torch import saved_model
         return getattr(saved_model, name)

@@ -6,7 +6,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hwquant.core.model_metadata import metadata_strings
 from hwquant.errors import ExportError
@@ -62,20 +62,26 @@ def _metadata(model: Any, quantization: QuantizationFormat, serialization: Pytor
 
 
 def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callable[[], Any],
+                         is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
                          serialization_format: Any = PytorchExportSerializationFormat.ONNX,
                          quantization_format: Any = QuantizationFormat.MCTQ,
-                         onnx_opset_version: Optional[int] = None) -> Path:
-    """Export a model quantized by hwquant.
+                         onnx_opset_version: Optional[int] = None,
+                         output_names: Optional[List[str]] = None) -> Path:
+    """Export a model quantized by hwquant (MCT's signature).
 
     Args:
         model: the quantized model returned by a hwquant facade (PTQ, GPTQ, QAT finalize).
         save_model_path: the file to write (.onnx or .pt); its folder must exist.
         repr_dataset: zero-argument callable yielding lists of input batches (the first batch traces the model).
+        is_layer_exportable_fn: called on each top-level layer before anything is traced; a layer it
+            refuses (returns False) stops the export. None: `is_pytorch_layer_exportable` (MCT's check).
         serialization_format: PytorchExportSerializationFormat.ONNX or TORCHSCRIPT.
         quantization_format: QuantizationFormat.MCTQ (ONNX custom ops), FAKELY_QUANT (ONNX QDQ with integer
             weights / TorchScript fake quantization) or INT8 (ONNX QDQ, every quantizer within 8 bits).
         onnx_opset_version: ONNX opset (>= 13; 21 for 16-bit activations as integers). None: 17, or 20 for an
             MCTQ file whose model has GELU (the IMX500 converter takes GELU as opset 20's Gelu operator).
+        output_names: names of the ONNX graph's outputs, one per model output (default output_0, ...);
+            ignored, with a warning, for TorchScript.
 
     An MCTQ file is written in the forms the IMX500 converter accepts (``torch.imx500_forms``); where the
     converter would still refuse it (an operator the chip lacks, a non-power-of-two activation grid, an
@@ -87,8 +93,13 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     import torch
 
     from hwquant.torch.data import RepresentativeData
-    from hwquant.torch.export_model import quantizers_of
+    from hwquant.torch.export_model import is_pytorch_layer_exportable, quantizers_of
 
+    if isinstance(is_layer_exportable_fn, (PytorchExportSerializationFormat, QuantizationFormat)) or \
+            (is_layer_exportable_fn is not None and not callable(is_layer_exportable_fn)):
+        raise ExportError(f"is_layer_exportable_fn must be a function of a layer, got {is_layer_exportable_fn!r}; "
+                          "the fourth positional argument is is_layer_exportable_fn (MCT's order): pass the formats "
+                          "by keyword, serialization_format=..., quantization_format=...")
     serialization = as_format(serialization_format, PytorchExportSerializationFormat, "serialization_format")
     quantization = as_format(quantization_format, QuantizationFormat, "quantization_format")
     check_pytorch_combination(serialization, quantization)
@@ -99,7 +110,15 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
         raise ExportError(f"the {type(model).__name__} model holds no hwquant quantizers: it was not produced by the "
                           "toolkit; quantize it first with mct.ptq.pytorch_post_training_quantization (or GPTQ / "
                           "QAT finalize) and export the model that returns")
+    refused = [name for name, layer in model.named_children()
+               if (is_layer_exportable_fn or is_pytorch_layer_exportable)(layer) is False]
+    if refused:
+        raise ExportError(f"is_layer_exportable_fn refused the layers {refused[:8]}; nothing was written")
     onnx_out = serialization == PytorchExportSerializationFormat.ONNX
+    if output_names is not None and not onnx_out:
+        log.warning("output_names only name ONNX outputs; ignored for %s", serialization.name)
+    if output_names is not None and (isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names)):
+        raise ExportError(f"output_names must be a list of strings, got {output_names!r}")
     if onnx_out and onnx_opset_version is not None and (isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
                      or onnx_opset_version < MIN_ONNX_OPSET_VERSION):
         raise ExportError(f"onnx_opset_version must be an int >= {MIN_ONNX_OPSET_VERSION} (per-axis "
@@ -115,7 +134,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     example = _example(model, RepresentativeData(repr_dataset, device=device).first_batch())
     meta = _metadata(model, quantization, serialization)
     if onnx_out:
-        data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta)
+        data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta, output_names)
     else:
         from hwquant.torch.export_model import to_torchscript
 
@@ -141,7 +160,7 @@ def _check_imx500(proto: Any, meta: Dict[str, Any]) -> None:
 
 
 def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, opset: Optional[int],
-                meta: Dict[str, Any]) -> bytes:
+                meta: Dict[str, Any], output_names: Optional[List[str]]) -> bytes:
     import onnx
 
     from hwquant.exporter.imx500 import GELU_OPSET, uses_erf
@@ -150,11 +169,11 @@ def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, ops
     from hwquant.torch.export_model import to_onnx
 
     mctq = quantization == QuantizationFormat.MCTQ
-    proto = to_onnx(model, example, opset or DEFAULT_ONNX_OPSET_VERSION, imx500_forms=mctq)
+    proto = to_onnx(model, example, opset or DEFAULT_ONNX_OPSET_VERSION, imx500_forms=mctq, output_names=output_names)
     if mctq and opset is None and uses_erf(proto) and DEFAULT_ONNX_OPSET_VERSION < GELU_OPSET:
         log.info("the model has GELU: exporting MCTQ at opset %d, where GELU is the one Gelu operator the IMX500 "
                  "converter takes (below it, Erf)", GELU_OPSET)
-        proto = to_onnx(model, example, GELU_OPSET, imx500_forms=True)
+        proto = to_onnx(model, example, GELU_OPSET, imx500_forms=True, output_names=output_names)
     if mctq:
         lower_markers_to_mctq(proto)
         _check_imx500(proto, meta)

@@ -7,12 +7,13 @@ import copy
 import io
 import warnings
 import weakref
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import onnx
 import torch
 from torch import nn
 
+from hwquant.errors import ExportError
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
 from hwquant.torch.imx500_forms import rewrite_for_imx500
 from hwquant.torch.quantizers import InferableQuantizer, quantizer_slots, set_quantizer
@@ -90,10 +91,27 @@ def _traced_sizes(model: nn.Module) -> None:
         model.recompile()
 
 
+def is_pytorch_layer_exportable(layer: nn.Module) -> bool:
+    """MCT's check of one top-level layer before export: a quantization wrapper holds a non-empty dict of
+    inferable weight quantizers, an activation holder an inferable quantizer; other modules export as
+    they are."""
+    from mct_quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+    from mct_quantizers.pytorch.quantizers import BasePyTorchInferableQuantizer
+
+    if isinstance(layer, PytorchQuantizationWrapper):
+        quantizers = layer.weights_quantizers
+        return (isinstance(quantizers, dict) and len(quantizers) > 0
+                and all(isinstance(q, BasePyTorchInferableQuantizer) for q in quantizers.values()))
+    if isinstance(layer, PytorchActivationQuantizationHolder):
+        return isinstance(layer.activation_holder_quantizer, BasePyTorchInferableQuantizer)
+    return isinstance(layer, nn.Module)
+
+
 def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
-            imx500_forms: bool = False) -> onnx.ModelProto:
+            imx500_forms: bool = False, output_names: Optional[List[str]] = None) -> onnx.ModelProto:
     """The model as ONNX with marker nodes, batch dimension dynamic on every input and output;
-    with `imx500_forms`, in the layouts the IMX500 converter accepts (``torch.imx500_forms``)."""
+    with `imx500_forms`, in the layouts the IMX500 converter accepts (``torch.imx500_forms``).
+    `output_names`: the graph's output names (default output_0, output_1, ...)."""
     with torch.no_grad():
         outputs = model(*example)
     export_copy = copy.deepcopy(model).eval()
@@ -102,7 +120,11 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
         rewrite_for_imx500(export_copy, example)
     marked = _with_markers(export_copy)
     n_out = len(torch.utils._pytree.tree_leaves(outputs))
-    inputs, out_names = _input_names(model, len(example)), [f"output_{i}" for i in range(n_out)]
+    out_names = list(output_names) if output_names is not None else [f"output_{i}" for i in range(n_out)]
+    if len(out_names) != n_out:
+        raise ExportError(f"output_names has {len(out_names)} names ({out_names}) but the model has {n_out} "
+                          "output(s); give one name per output")
+    inputs = _input_names(model, len(example))
     buffer = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
