@@ -102,3 +102,36 @@ def test_validation(args, kwargs, exc, words):
         FrameworkInfo(*args, **kwargs)
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+def test_mct_2_6_named_mappings():
+    """MCT 2.6's form: six mappings, a dict first; the kernel ops are the attribute mapping's keys."""
+    fw = FrameworkInfo({QuantizationMethod.POWER_OF_TWO: pot_quantizer}, DefaultDict({Conv2D: (3, 2)}, (None, None)),
+                       {"softmax": (0, 1)}, {Softmax: (0, 1)}, DefaultDict({Conv2D: ["kernel"], Dense: ["kernel"]}, [None]),
+                       DefaultDict({Dense: -1}, 3))
+    assert fw.kernel_ops == [Conv2D, Dense] and fw.is_kernel_op(Dense) and not fw.is_kernel_op(ReLU)
+    assert fw.get_kernel_op_attributes(Conv2D) == ["kernel"] and fw.get_kernel_op_attributes(ReLU) == [None]
+    assert fw.get_out_channel_axis(Dense) == -1 and fw.get_out_channel_axis(Conv2D) == 3
+    assert fw.get_kernel_channels(Dense) == (None, None) and fw.layers_has_min_max(Softmax)
+    assert fw.activation_quantizer_mapping[QuantizationMethod.POWER_OF_TWO] is pot_quantizer
+    named = FrameworkInfo(activation_quantizer_mapping={}, kernel_channels_mapping=DefaultDict({Conv2D: (3, 2)}),
+                          activation_min_max_mapping={}, layer_min_max_mapping={},
+                          kernel_ops_attributes_mapping={Conv2D: ["kernel"]}, out_channel_axis_mapping={})
+    assert named.kernel_ops == [Conv2D] and named.get_out_channel_axis(Conv2D) is None
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kernel_ops_attributes_mapping={Conv2D: "kernel"}), "list of weight attribute names"),
+    (dict(kernel_ops_attributes_mapping={Conv2D: ["kernel"]}, out_channel_axis_mapping={Dense: 1.5}), "axis"),
+    (dict(activation_quantizer_mapping={}), "missing required argument\\(s\\): kernel_ops \\(or kernel_ops_attributes"),
+])
+def test_mct_2_6_mappings_checked(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        FrameworkInfo(kernel_channels_mapping=DefaultDict({}), **kwargs)
+
+
+def test_pytorch_default_info_has_the_named_mappings():
+    from torch import nn
+    from hwquant.torch.adapter import DEFAULT_PYTORCH_INFO as info
+    assert info.get_kernel_op_attributes(nn.Conv2d) == ["weight"] and info.get_kernel_op_attributes(nn.ReLU) == [None]
+    assert info.get_out_channel_axis(nn.Linear) == -1 and info.get_out_channel_axis(nn.Conv2d) == 1

@@ -119,8 +119,10 @@ def test_action_field_names_checked_at_construction():
     (lambda: ChangeCandidatesWeightsQuantConfigAttr(attr_name=-1, weights_n_bits=4), ["attr_name=-1"]),
     (lambda: ChangeCandidatesActivationQuantizationMethod("POT"), ["activation_quantization_method"]),
     (lambda: ChangeCandidatesActivationQuantizationMethod(None), ["activation_quantization_method"]),
-    (lambda: ChangeCandidatesWeightsQuantizationMethod(10), ["weights_quantization_method"]),
-    (lambda: ChangeFinalWeightsQuantizationMethod(QuantizationMethod.UNIFORM, attr_name=3.5), ["attr_name"]),
+    (lambda: ChangeCandidatesWeightsQuantizationMethod(None, 10), ["weights_quantization_method"]),
+    (lambda: ChangeCandidatesWeightsQuantizationMethod("kernel"), ["weights_quantization_method must be given"]),
+    (lambda: ChangeCandidatesWeightsQuantizationMethod(QuantizationMethod.UNIFORM), ["attribute comes first"]),
+    (lambda: ChangeFinalWeightsQuantizationMethod(3.5, QuantizationMethod.UNIFORM), ["attr_name"]),
     (lambda: ChangeQuantizationParamFunction(), ["activation_quantization_params_fn"]),
     (lambda: ChangeQuantizationParamFunction(weights_quantization_params_fn="mse"),
      ["weights_quantization_params_fn", "callable"]),
@@ -138,7 +140,7 @@ def test_action_values_coerced():
     assert a.kwargs == {"activation_quantization_method": QuantizationMethod.UNIFORM,
                         "activation_error_method": QuantizationErrorMethod.NOCLIPPING,
                         "signedness": Signedness.SIGNED}
-    assert ChangeCandidatesWeightsQuantizationMethod(0).weights_quantization_method is QuantizationMethod.POWER_OF_TWO
+    assert ChangeCandidatesWeightsQuantizationMethod(None, 0).weights_quantization_method is QuantizationMethod.POWER_OF_TWO
     assert ChangeCandidatesActivationQuantizationMethod(QuantizationMethod.SYMMETRIC) == \
         ChangeCandidatesActivationQuantizationMethod(2)
 
@@ -207,12 +209,12 @@ def test_method_actions():
     ChangeCandidatesActivationQuantizationMethod(QuantizationMethod.UNIFORM).apply(cands)
     assert all(c.activation_quantization_cfg.activation_quantization_method is QuantizationMethod.UNIFORM
                for c in cands)
-    ChangeCandidatesWeightsQuantizationMethod(QuantizationMethod.SYMMETRIC, attr_name="kernel").apply(cands)
+    ChangeCandidatesWeightsQuantizationMethod("kernel", QuantizationMethod.SYMMETRIC).apply(cands)  # MCT's order
     w = cands[0].weights_quantization_cfg
     assert w.get_attr_config("kernel").weights_quantization_method is QuantizationMethod.SYMMETRIC
     assert w.get_attr_config("bias").weights_quantization_method is QuantizationMethod.POWER_OF_TWO
     final = candidate()
-    a = ChangeFinalWeightsQuantizationMethod(QuantizationMethod.LUT_POT_QUANTIZER)
+    a = ChangeFinalWeightsQuantizationMethod(weights_quantization_method=QuantizationMethod.LUT_POT_QUANTIZER)
     assert a.apply([final]) == 0 and a.apply([final], final=True) == 1
     assert all(final.weights_quantization_cfg.get_attr_config(n).weights_quantization_method
                is QuantizationMethod.LUT_POT_QUANTIZER for n in ("kernel", "bias"))

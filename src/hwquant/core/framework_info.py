@@ -5,7 +5,9 @@ quantize, e.g. Conv2D, Dense; activation_ops: layers whose outputs are quantized
 no_quantization_ops: layers left alone, e.g. Reshape, Transpose) and mappings: quantization method ->
 quantizer function for activations and weights; layer -> (out, in) kernel channel indices (a DefaultDict);
 activation function name -> (min, max) output values, e.g. {'softmax': (0, 1)}; layer -> (min, max)
-output values, e.g. {Softmax: (0, 1)}. A bound of None means unbounded on that side.
+output values, e.g. {Softmax: (0, 1)}. A bound of None means unbounded on that side; layer -> the
+names of its weights to quantize (kernel_ops_attributes_mapping); layer -> its output channel axis
+(out_channel_axis_mapping, for per-channel statistics).
 Each framework adapter provides its own instance; this module is framework-free.
 """
 from __future__ import annotations
@@ -19,13 +21,17 @@ from hwquant.tpc.enums import QuantizationMethod
 
 __all__ = ["FrameworkInfo"]
 
+# MCT's eight-argument order (older releases).
 _FIELDS = ("kernel_ops", "activation_ops", "no_quantization_ops", "activation_quantizer_mapping",
            "weights_quantizer_mapping", "kernel_channels_mapping", "activation_min_max_mapping",
            "layer_min_max_mapping")
 # The seed documents build FrameworkInfo with six positional arguments and no quantizer mappings.
 _SEED_FIELDS = ("kernel_ops", "activation_ops", "no_quantization_ops", "kernel_channels_mapping",
                 "activation_min_max_mapping", "layer_min_max_mapping")
-_REQUIRED = ("kernel_ops", "activation_ops", "no_quantization_ops", "kernel_channels_mapping")
+# MCT 2.6's six named mappings: the kernel ops are the keys of kernel_ops_attributes_mapping.
+_MAPPING_FIELDS = ("activation_quantizer_mapping", "kernel_channels_mapping", "activation_min_max_mapping",
+                   "layer_min_max_mapping", "kernel_ops_attributes_mapping", "out_channel_axis_mapping")
+_ALL_FIELDS = _FIELDS + _MAPPING_FIELDS[4:]
 
 
 def _ops_list(name: str, v: Any) -> list:
@@ -73,6 +79,24 @@ def _kernel_channels(name: str, v: Any) -> DefaultDict:
     return v
 
 
+def _default_dict(name: str, v: Any, what: str, check: Callable[[Any], bool]) -> DefaultDict:
+    v = DefaultDict(v) if isinstance(v, dict) else v
+    if not isinstance(v, DefaultDict):
+        raise TypeError(f"FrameworkInfo {name} must be a DefaultDict (or dict) layer -> {what}, got {type(v).__name__}")
+    for key, value in [*v.items(), ("<default>", v.default_value)]:
+        if not check(value):
+            raise ValueError(f"FrameworkInfo {name}[{key!r}] must be {what}, got {value!r}")
+    return v
+
+
+def _attribute_names(v: Any) -> bool:
+    return v is None or isinstance(v, (list, tuple)) and all(a is None or (isinstance(a, str) and a) for a in v)
+
+
+def _axis_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+
+
 def _min_max_mapping(name: str, v: Any) -> dict:
     if not isinstance(v, dict):
         raise TypeError(f"FrameworkInfo {name} must be a dict -> (min, max), got {type(v).__name__}")
@@ -91,33 +115,50 @@ def _min_max_mapping(name: str, v: Any) -> dict:
 class FrameworkInfo:
     """Layer groups and per-layer facts of one framework (see the module docstring).
 
-    ``FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, activation_quantizer_mapping,
-    weights_quantizer_mapping, kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping)``,
-    or the seed's six-argument form ``FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops,
-    kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping)``.
+    Three forms: MCT 2.6's named mappings ``FrameworkInfo(activation_quantizer_mapping,
+    kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping,
+    kernel_ops_attributes_mapping, out_channel_axis_mapping)`` (a dict first); MCT's older eight
+    arguments ``FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, activation_quantizer_mapping,
+    weights_quantizer_mapping, kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping)``;
+    the seed's six ``FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops,
+    kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping)``. Any argument may be
+    given by name.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
-        # Exactly six positional arguments is the seed's form (no quantizer mappings); anything else
-        # binds positionally in MCT's eight-argument order.
-        names = _SEED_FIELDS if len(args) == len(_SEED_FIELDS) else _FIELDS
-        if len(args) > len(_FIELDS):
-            raise TypeError(f"FrameworkInfo takes at most {len(_FIELDS)} arguments ({', '.join(_FIELDS)}), "
+        # A mapping first is MCT 2.6's form; exactly six positional layer lists / mappings is the seed's;
+        # anything else binds positionally in MCT's eight-argument order.
+        if args and isinstance(args[0], dict):
+            names = _MAPPING_FIELDS
+        else:
+            names = _SEED_FIELDS if len(args) == len(_SEED_FIELDS) else _FIELDS
+        if len(args) > len(names):
+            raise TypeError(f"FrameworkInfo takes at most {len(names)} positional arguments ({', '.join(names)}), "
                             f"got {len(args)}")
         values = dict(zip(names, args))
         for k, v in kwargs.items():
-            if k not in _FIELDS:
-                raise TypeError(f"FrameworkInfo got an unexpected argument '{k}'; valid: {', '.join(_FIELDS)}")
+            if k not in _ALL_FIELDS:
+                raise TypeError(f"FrameworkInfo got an unexpected argument '{k}'; valid: {', '.join(_ALL_FIELDS)}")
             if k in values:
                 raise TypeError(f"FrameworkInfo got two values for '{k}'")
             values[k] = v
-        missing = [k for k in _REQUIRED if k not in values]
+        missing = [k for k in ("kernel_channels_mapping",) if k not in values]
+        if "kernel_ops" not in values and "kernel_ops_attributes_mapping" not in values:
+            missing.insert(0, "kernel_ops (or kernel_ops_attributes_mapping)")
         if missing:
             raise TypeError(f"FrameworkInfo is missing required argument(s): {', '.join(missing)}")
 
-        self.kernel_ops = _ops_list("kernel_ops", values["kernel_ops"])
-        self.activation_ops = _ops_list("activation_ops", values["activation_ops"])
-        self.no_quantization_ops = _ops_list("no_quantization_ops", values["no_quantization_ops"])
+        attributes = values.get("kernel_ops_attributes_mapping")
+        self.kernel_ops_attributes_mapping = _default_dict(
+            "kernel_ops_attributes_mapping", attributes if attributes is not None else DefaultDict({}, [None]),
+            "a list of weight attribute names (or None)", _attribute_names)
+        self.kernel_ops = _ops_list("kernel_ops", values["kernel_ops"] if "kernel_ops" in values
+                                    else list(self.kernel_ops_attributes_mapping.keys()))
+        self.activation_ops = _ops_list("activation_ops", values.get("activation_ops", []))
+        self.no_quantization_ops = _ops_list("no_quantization_ops", values.get("no_quantization_ops", []))
+        self.out_channel_axis_mapping = _default_dict(
+            "out_channel_axis_mapping", values.get("out_channel_axis_mapping", DefaultDict({}, None)),
+            "an axis (int) or None", _axis_or_none)
         self.activation_quantizer_mapping = _quantizer_mapping(
             "activation_quantizer_mapping", values.get("activation_quantizer_mapping", {}))
         self.weights_quantizer_mapping = _quantizer_mapping(
@@ -141,6 +182,14 @@ class FrameworkInfo:
 
     def is_no_quantization_op(self, t: Any) -> bool:
         return t in self.no_quantization_ops
+
+    def get_kernel_op_attributes(self, t: Any) -> list:
+        """Names of the layer's weights to quantize ([None] when the mapping does not know the layer)."""
+        return self.kernel_ops_attributes_mapping.get(t)
+
+    def get_out_channel_axis(self, t: Any) -> Optional[int]:
+        """Axis of the layer's output channels (None when unknown)."""
+        return self.out_channel_axis_mapping.get(t)
 
     def get_kernel_channels(self, t: Any) -> Optional[Tuple[Optional[int], Optional[int]]]:
         """(out_channel_axis, in_channel_axis) of the layer's kernel; the mapping's default when unknown."""

@@ -399,9 +399,15 @@ class ChangeCandidatesActivationQuantizationMethod(ChangeCandidatesActivationQua
 
 class ChangeCandidatesWeightsQuantizationMethod(ChangeCandidatesWeightsQuantConfigAttr):
     """Switch the weights quantization method of every candidate (one attribute, or all when
-    attr_name is None)."""
+    attr_name is None). MCT's argument order: the attribute first."""
 
-    def __init__(self, weights_quantization_method: Any, attr_name: Union[str, int, None] = None):
+    def __init__(self, attr_name: Union[str, int, None] = None, weights_quantization_method: Any = None):
+        if isinstance(attr_name, QuantizationMethod) or weights_quantization_method is None:
+            # an IntEnum would pass for a positional-weight index: say what the order is
+            raise ValueError(f"{type(self).__name__}(attr_name={attr_name!r}, weights_quantization_method="
+                             f"{weights_quantization_method!r}): the weight attribute comes first and the "
+                             "weights_quantization_method must be given, e.g. "
+                             f"{type(self).__name__}('kernel', QuantizationMethod.SYMMETRIC)")
         super().__init__(attr_name=attr_name, weights_quantization_method=weights_quantization_method)
         self.weights_quantization_method = self.kwargs["weights_quantization_method"]
 

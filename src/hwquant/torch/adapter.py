@@ -38,6 +38,9 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
     layer_min_max_mapping={nn.ReLU: (0, None), nn.ReLU6: (0, 6), nn.Sigmoid: (0, 1), nn.Tanh: (-1, 1),
                            nn.Softmax: (0, 1), nn.Hardsigmoid: (0, 1), torch.relu: (0, None), F.relu: (0, None),
                            F.relu6: (0, 6), torch.sigmoid: (0, 1), torch.tanh: (-1, 1), F.softmax: (0, 1)},
+    kernel_ops_attributes_mapping=DefaultDict({c: ["weight"] for c in (*_CONVS, *_TRANSPOSED, nn.Linear)}, [None]),
+    # activations are channels-first, except a Linear's (last axis)
+    out_channel_axis_mapping=DefaultDict({nn.Linear: -1}, 1),
 )
 
 

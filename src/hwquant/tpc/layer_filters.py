@@ -7,18 +7,29 @@ arguments of a function call). Filters combine with `&` and `|`.
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 
 class AttributeFilter:
-    """Condition on one attribute: `op(attrs[attr], value)`; an absent attribute never matches."""
+    """Condition on one attribute: `op(attrs[attr], value)`; an absent attribute never matches.
+    The named filters (Eq, Greater, ...) fix `op`; `AttributeFilter(attr, value, op)` takes any
+    two-argument predicate (MCT's signature)."""
 
     symbol = "?"
-    op: Callable[[Any, Any], bool] = staticmethod(lambda a, b: False)
+    op: Optional[Callable[[Any, Any], bool]] = None
 
-    def __init__(self, attr: str, value: Any):
+    def __init__(self, attr: str, value: Any, op: Optional[Callable[[Any, Any], bool]] = None):
         if not isinstance(attr, str) or not attr:
             raise ValueError(f"{type(self).__name__}: attr must be a non-empty attribute name, got {attr!r}")
+        if op is not None:
+            if not callable(op):
+                raise ValueError(f"{type(self).__name__}: op must be a function of (attribute value, filter value), "
+                                 f"got {op!r}")
+            self.op = op
+            self.symbol = getattr(op, "__name__", repr(op))
+        elif self.op is None:
+            raise ValueError("AttributeFilter needs op, a function of (attribute value, filter value), e.g. "
+                             "AttributeFilter('min_val', 0, operator.eq); or use Eq, Greater, ...")
         self.attr = attr
         self.value = value
 
