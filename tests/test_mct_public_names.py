@@ -1,4 +1,5 @@
 """MCT 2.6 public names user code reaches for (issue 16, part 3)."""
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,3 +62,17 @@ def test_debug_bypass_returns_the_model_before_any_check():
     # not even the (missing) data is looked at
     assert mct.ptq.pytorch_post_training_quantization(model, None, core_config=cc) == (model, None)
     assert mct.gptq.pytorch_gradient_post_training_quantization(model, None, core_config=cc) == (model, None)
+
+
+def test_attribute_filter_takes_an_op():
+    import operator
+    from hwquant.target_platform_capabilities import AttributeFilter, Eq, LayerFilterParams
+    f = AttributeFilter("min_val", 0, operator.eq)
+    assert f.op is operator.eq and f.match({"min_val": 0}) and not f.match({"min_val": 1}) and not f.match({})
+    assert Eq("min_val", 0).op is operator.eq  # the named filters expose theirs
+    both = LayerFilterParams(torch.nn.Hardtanh, f & AttributeFilter("max_val", 6, operator.le))
+    assert both.match(torch.nn.Hardtanh, {"min_val": 0, "max_val": 6})
+    with pytest.raises(ValueError, match="AttributeFilter needs op"):
+        AttributeFilter("min_val", 0)
+    with pytest.raises(ValueError, match="op must be a function"):
+        AttributeFilter("min_val", 0, "==")
