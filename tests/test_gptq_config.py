@@ -69,3 +69,18 @@ def test_get_pytorch_gptq_config_defaults_and_choices():
         mct.gptq.get_pytorch_gptq_config(1, gradual_activation_quantization="yes")
     with pytest.raises(ValueError, match="n_epochs"):
         mct.gptq.get_pytorch_gptq_config(0)
+
+
+def test_configs_edit_with_dataclasses_replace_as_in_mct():
+    import dataclasses
+    import hwquant as mct
+    cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=2)
+    assert dataclasses.is_dataclass(cfg)
+    edited = dataclasses.replace(cfg, n_epochs=3, rounding_type=mct.gptq.RoundingType.STE)
+    assert (edited.n_epochs, cfg.n_epochs, edited.rounding_type) == (3, 2, mct.gptq.RoundingType.STE)
+    assert edited.optimizer is cfg.optimizer and isinstance(edited, type(cfg))
+    with pytest.raises(ValueError, match="n_epochs"):  # replace re-validates
+        dataclasses.replace(cfg, n_epochs=0)
+    core = mct.core.CoreConfig()
+    assert dataclasses.replace(core.quantization_config, z_threshold=8).z_threshold == 8
+    assert "mixed_precision_config" in [f.name for f in dataclasses.fields(core)]

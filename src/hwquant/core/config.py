@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set, Tuple, Union
@@ -68,11 +69,23 @@ OptCallable = Annotated[Optional[Any], AfterValidator(_check_callable)]
 
 class ValidatedConfig(BaseModel):
     """Base of the pydantic configs: mutable, validated on assignment, unknown names refused, and
-    positional arguments accepted in the documented order (MCT's dataclasses allow them)."""
+    positional arguments accepted in the documented order (MCT's dataclasses allow them).
+
+    MCT's configs are dataclasses and user code edits them with `dataclasses.replace(cfg, n_epochs=3)`
+    (also `dataclasses.fields` / `asdict`): each config class carries the dataclass field table of its
+    fields, so those functions work and `replace` re-validates through the constructor."""
 
     model_config = ConfigDict(validate_assignment=True, extra="forbid", arbitrary_types_allowed=True)
     _positional: ClassVar[Optional[Tuple[str, ...]]] = None  # None: every field, in declaration order
     _aliases: ClassVar[Dict[str, str]] = {}  # older spelling -> field
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        # The field table of a plain dataclass with the same field names (built by the dataclasses
+        # module itself, so its Field objects are complete).
+        shadow = dataclasses.make_dataclass(cls.__name__, [(n, Any, field(default=None)) for n in cls.model_fields])
+        cls.__dataclass_fields__ = shadow.__dataclass_fields__
 
     def __init__(self, *args: Any, **kwargs: Any):
         cls = type(self)
