@@ -297,6 +297,31 @@ def test_ste_rounding_and_frozen_biases(setup):
     assert error_db(model, quantized, held_out) > error_db(model, ptq, held_out)
 
 
+def test_ste_and_soft_rounding_learn_different_kernels(setup, ptq_model):
+    # STE: a bounded shift per weight, rounded straight through; SoftQuantizer: AdaRound's soft
+    # rounding. Same data, same seed: each moves the PTQ rounding, and not the same way.
+    import dataclasses
+    model, data, held_out = setup
+    base = mct.gptq.get_pytorch_gptq_config(n_epochs=4)
+    kernels = {}
+    for rt in (RT.STE, RT.SoftQuantizer):
+        torch.manual_seed(0)
+        q, info = GPTQ(model, gen_of(data), core_config=W4, gptq_config=dataclasses.replace(base, rounding_type=rt))
+        assert info.gptq_info_dict["rounding_type"] == rt.name
+        kernels[rt] = {n: m.get_quantized_weights()["weight"] for n, m in q.named_modules()
+                       if isinstance(m, PytorchQuantizationWrapper)}
+    ptq = {n: m.get_quantized_weights()["weight"] for n, m in ptq_model.named_modules()
+           if isinstance(m, PytorchQuantizationWrapper)}
+    ste_moves = 0
+    for n, k in ptq.items():
+        step = (ptq_model.get_submodule(n).weights_quantizers["weight"].scale).reshape(-1, *[1] * (k.dim() - 1))
+        moved = ((kernels[RT.STE][n] - k).abs() / step).round()
+        assert moved.max() <= 1  # max_lsbs_change: at most the neighbouring grid point
+        ste_moves += int(moved.sum())
+        assert not torch.equal(kernels[RT.STE][n], kernels[RT.SoftQuantizer][n]), n
+    assert ste_moves > 0
+
+
 def test_log_function_and_custom_loss_are_called(setup):
     calls, loss_args = [], []
 
