@@ -109,3 +109,66 @@ def test_lut_tpc_mixed_precision_as_mct(fraction):
             assert len(k.lut_values) <= 2 ** k.num_bits
     x = next(gen())[0]
     assert torch.isfinite(q(x)).all()
+
+
+# ---- MCT's search semantics on a TPC with both sides configurable (the rules MCT's own mixed-precision
+# tests check: a target the largest candidates meet takes them; an activation no restricted figure
+# counts ends at its largest bits; a target on a boundary is met exactly, not exceeded).
+def _mp_tpc():
+    from hwquant.constants import BIAS_ATTR, KERNEL_ATTR
+    from hwquant.target_platform_capabilities import (AttributeQuantizationConfig, OperatorSetNames, OperatorsSet,
+                                                      OpQuantizationConfig, QuantizationConfigOptions, Signedness,
+                                                      TargetPlatformCapabilities)
+    M = mct.QuantizationMethod
+    kernel = AttributeQuantizationConfig(weights_quantization_method=M.POWER_OF_TWO, weights_n_bits=8,
+                                         weights_per_channel_threshold=True, enable_weights_quantization=True)
+    op = OpQuantizationConfig(default_weight_attr_config=kernel.clone_and_edit(enable_weights_quantization=False),
+                              attr_weights_configs_mapping={}, activation_quantization_method=M.POWER_OF_TWO,
+                              activation_n_bits=8, supported_input_activation_n_bits=(16, 8, 4, 2),
+                              enable_activation_quantization=True, quantization_preserving=False, fixed_scale=None,
+                              fixed_zero_point=None, simd_size=32, signedness=Signedness.AUTO)
+    with_kernel = op.clone_and_edit(attr_weights_configs_mapping={KERNEL_ATTR: kernel, BIAS_ATTR: AttributeQuantizationConfig()})
+    options = [with_kernel.clone_and_edit(activation_n_bits=a, attr_to_edit={KERNEL_ATTR: {"weights_n_bits": w}})
+               for a in (8, 16) for w in (8, 4, 2)]
+    mp = QuantizationConfigOptions(quantization_configurations=tuple(options), base_config=options[0])
+    return TargetPlatformCapabilities(
+        default_qco=QuantizationConfigOptions(quantization_configurations=(op,)), tpc_platform_type="test",
+        operator_set=tuple(OperatorsSet(name=n, qc_options=mp) for n in (OperatorSetNames.CONV,
+                                                                         OperatorSetNames.FULLY_CONNECTED)))
+
+
+class Plain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2, self.fc = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 16, 3), nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.conv2(torch.relu(self.conv1(x))))
+        return self.fc(x.mean((2, 3)))
+
+
+def _bops_run(bops):
+    torch.manual_seed(0)
+    model = Plain().eval()
+    data = [torch.randn(4, 3, 12, 12) for _ in range(2)]
+    q, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[x] for x in data]),
+                                                         target_resource_utilization=RU(bops=bops),
+                                                         target_platform_capabilities=_mp_tpc())
+    kernels = {n: w.weights_quantizers["weight"].num_bits for n, w in q.named_modules() if hasattr(w, "weights_quantizers")}
+    holders = {n.replace("_activation_holder_quantizer", ""): h.activation_holder_quantizer.num_bits
+               for n, h in q.named_modules() if hasattr(h, "activation_holder_quantizer")}
+    return kernels, holders, info.final_resource_utilization.bops
+
+
+def test_bops_target_mct_semantics():
+    # BOPs = MACs x kernel bits x input bits; the layers' inputs are 8-bit ReLU / model inputs, so the
+    # kernels' own output bits count nowhere: they go to 16 whatever the target
+    kernels, holders, top = _bops_run(1e12)
+    assert kernels == {"conv1": 8, "conv2": 8, "fc": 8} and holders["conv1"] == holders["conv2"] == 16
+    kernels, holders, at_max = _bops_run(top)
+    assert at_max == top and set(kernels.values()) == {8}  # the largest candidates meet it: taken
+    kernels, holders, below = _bops_run(top - 1)  # one bit-operation less: a kernel steps down, just
+    assert below <= top - 1 and min(kernels.values()) < 8 and holders["conv1"] == holders["conv2"] == 16
+    boundary = below  # a boundary reached exactly is met exactly (the solver's tolerance is checked)
+    kernels2, _, figure = _bops_run(boundary)
+    assert figure <= boundary

@@ -107,7 +107,7 @@ def test_integer_program_finds_the_brute_force_optimum():
         found = search(model, sensitivity, {target: limit})
         assert model.value(target, found) <= limit + 1e-6
         assert sum(sensitivity[i][k] for i, k in enumerate(found)) == pytest.approx(best)
-        assert minimum(model, target) == pytest.approx(min(values))
+        assert minimum(model, target)[0] == pytest.approx(min(values))
         refined = refine(model, found, sensitivity, {target: limit})
         assert model.value(target, refined) <= limit + 1e-6
 
@@ -157,10 +157,11 @@ def test_activation_memory_and_combined_targets():
     assert ru.weights_memory <= both.weights_memory and ru.activation_memory <= both.activation_memory
 
 
-def test_target_above_the_maximum_is_single_precision(max_ru):
+def test_target_above_the_maximum_takes_the_largest_candidates(max_ru):
+    # MCT's rule: no search, every node at its largest candidate (here the base configs: kernels at 8 bits)
     q, info = _quantize(RU(weights_memory=max_ru.weights_memory * 2, bops=max_ru.bops * 2))
     plain, _ = _quantize()
-    assert info.mixed_precision_cfg is None
+    assert info.mixed_precision_cfg == [0, 0, 0, 0]
     x = torch.randn(4, 3, 12, 12)
     assert torch.equal(q(x), plain(x))
 

@@ -4,7 +4,13 @@ stays within its target; then the refinement step that spends budget left over.
 
 Variables: ``x[i, c]`` in {0, 1} (node i takes candidate c, exactly one per node) and, for BOPs terms
 whose kernel and input bits are both configurable, ``y = x[i, c] * x[j, d]`` linearised by
-``y <= x[i, c]``, ``y <= x[j, d]``, ``y >= x[i, c] + x[j, d] - 1``.
+``y <= x[i, c]``, ``y <= x[j, d]``, ``y >= x[i, c] + x[j, d] - 1``. Resource rows are scaled by their
+target (coefficients near 1 for the solver), and every choice is checked against the exact figures:
+the solver's feasibility tolerance may let a row exceed its target by a few units in 10^7.
+
+Sensitivities are made monotone first: a candidate with at least another's bits on every quantized
+part never scores worse than it (more bits do not add error; a measured difference the other way is
+the estimate's noise), so that a node whose bits no target constrains ends at its largest candidate.
 """
 from __future__ import annotations
 
@@ -76,8 +82,9 @@ class _Program:
         return out
 
 
-def minimum(model: ResourceModel, target: RUTarget) -> float:
-    """The smallest figure any choice reaches for `target` (the max over its rows, minimised)."""
+def minimum(model: ResourceModel, target: RUTarget) -> Tuple[float, List[int]]:
+    """The smallest figure any choice reaches for `target` (the max over its rows, minimised), and that
+    choice."""
     prog = _Program(model)
     z = prog.n  # one more (continuous) variable: the figure itself
     extra = []
@@ -88,34 +95,78 @@ def minimum(model: ResourceModel, target: RUTarget) -> float:
     objective = np.zeros(prog.n + 1)
     objective[z] = 1.0
     x = prog.solve(objective, extra, n=prog.n + 1)
-    return model.value(target, prog.choice(x))
+    choice = prog.choice(x)
+    return model.value(target, choice), choice
 
 
-def search(model: ResourceModel, sensitivity: Sequence[Sequence[float]], targets: Dict[RUTarget, float]) -> Optional[List[int]]:
+def fits(model: ResourceModel, choice: Sequence[int], targets: Dict[RUTarget, float]) -> bool:
+    """Whether `choice` meets every target, on the exact figures."""
+    return all(model.value(t, choice) <= limit for t, limit in targets.items())
+
+
+def search(model: ResourceModel, sensitivity: Sequence[Sequence[float]], targets: Dict[RUTarget, float],
+           retries: int = 3) -> Optional[List[int]]:
     """The choice of least total sensitivity within every target; None when none fits."""
     prog = _Program(model)
     objective = np.zeros(prog.n)
     for (i, c), k in prog.col.items():
         objective[k] = sensitivity[i][c]
-    extra = [(prog.row_coeffs(row), -np.inf, limit - row.constant)
-             for target, limit in targets.items() for row in model.rows[target]]
-    x = prog.solve(objective, extra)
-    return None if x is None else prog.choice(x)
+    limits = dict(targets)
+    for _ in range(retries + 1):
+        extra = []
+        for target, limit in limits.items():
+            scale = max(abs(targets[target]), 1.0)
+            for row in model.rows[target]:
+                extra.append(({k: v / scale for k, v in prog.row_coeffs(row).items()}, -np.inf,
+                              (limit - row.constant) / scale))
+        x = prog.solve(objective, extra)
+        if x is None:
+            return None
+        choice = prog.choice(x)
+        over = {t: model.value(t, choice) - limit for t, limit in targets.items() if model.value(t, choice) > limit}
+        if not over:
+            return choice
+        for t, excess in over.items():  # within the solver's tolerance, over the target: ask for that much less
+            limits[t] -= excess
+    return None
+
+
+def _widths_dominate(a: tuple, b: tuple) -> bool:
+    """Bit widths `a` (activation bits or None, {attr: bits}) hold at least `b`'s on every quantized part."""
+    (act_a, w_a), (act_b, w_b) = a, b
+    if (act_a is None) != (act_b is None) or w_a.keys() != w_b.keys():
+        return False
+    return (act_a is None or act_a >= act_b) and all(w_a[k] >= w_b[k] for k in w_a)
+
+
+def monotone(model: ResourceModel, sensitivity: Sequence[Sequence[float]]) -> List[List[float]]:
+    """Each candidate's sensitivity at most that of every candidate it dominates in bits."""
+    out = []
+    for i, node in enumerate(model.nodes):
+        widths = [c.bit_widths() for c in node.candidates]
+        out.append([min(sensitivity[i][d] for d in range(len(widths)) if _widths_dominate(widths[c], widths[d]))
+                    for c in range(len(widths))])
+    return out
 
 
 def refine(model: ResourceModel, choice: List[int], sensitivity: Sequence[Sequence[float]],
            targets: Dict[RUTarget, float]) -> List[int]:
     """Spend what the targets leave: repeatedly move a node to a less sensitive candidate when the
-    result still fits, the largest sensitivity drop first (the program's optimum can leave budget
-    unused when its sensitivities tie or are close)."""
+    result still fits, the largest sensitivity drop first; on equal sensitivity, to a candidate with
+    more bits (the program's optimum can leave budget unused when sensitivities tie or are close)."""
     choice = list(choice)
+    widths = [[c.bit_widths() for c in node.candidates] for node in model.nodes]
+
+    def better(i: int, c: int) -> bool:
+        now, new = sensitivity[i][choice[i]], sensitivity[i][c]
+        return new < now or (new == now and widths[i][c] != widths[i][choice[i]]
+                             and _widths_dominate(widths[i][c], widths[i][choice[i]]))
     while True:
-        moves = sorted(((sensitivity[i][c] - sensitivity[i][choice[i]], i, c)
-                        for i, node in enumerate(model.nodes) for c in range(len(node.candidates))
-                        if sensitivity[i][c] < sensitivity[i][choice[i]]))
+        moves = sorted((sensitivity[i][c] - sensitivity[i][choice[i]], i, c)
+                       for i, node in enumerate(model.nodes) for c in range(len(node.candidates)) if better(i, c))
         for _, i, c in moves:
             trial = choice[:i] + [c] + choice[i + 1:]
-            if all(model.value(t, trial) <= limit for t, limit in targets.items()):
+            if fits(model, trial, targets):
                 choice = trial
                 break
         else:

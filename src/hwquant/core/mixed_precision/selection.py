@@ -1,9 +1,13 @@
 """Mixed precision: choose each configurable node's candidate under the resource targets.
 
-    targets met by the largest candidates everywhere -> single precision (the base configs), no search
+    targets met by the largest candidates everywhere -> those candidates, no search (MCT's choice)
     a target below its minimum       -> InvalidConfigError with every target's minimum
     configuration_overwrite          -> that choice (checked against the candidates)
-    otherwise                        -> sensitivities (framework adapter), integer program, refinement
+    otherwise                        -> sensitivities (framework adapter, made monotone in bits), integer
+                                        program, refinement
+
+A target on one side only (weights or activations) first narrows the other side to its base bits
+(`keep_base_bits`): the largest candidates are then the largest of the restricted side.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from hwquant.core.config import RU_FIELDS, ResourceUtilization, RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
-from hwquant.core.mixed_precision.search import minimum, refine, search
+from hwquant.core.mixed_precision.search import fits, minimum, monotone, refine, search
 from hwquant.core.resource_utilization import max_bits_config
 from hwquant.errors import InvalidConfigError
 
@@ -29,28 +33,33 @@ def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], 
 
 
 def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sensitivity: Any) -> Optional[List[int]]:
-    """Set the final config of every configurable node; returns the chosen candidate indices (None
-    when the base configs already meet the targets). `state` is the pipeline state."""
+    """Set the final config of every configurable node; returns the chosen candidate indices (None when
+    no node has a choice left). `state` is the pipeline state."""
     graph, adapter = state.graph, state.adapter
     mp = state.core_config.mixed_precision_config
     targets = target.get_resource_utilization_dict(restricted_only=True)
     keep_base_bits(graph, target, adapter.kernel_attr)
     configurable = [n for n in graph if len(n.candidates) > 1]
+    if not configurable:
+        return None
     model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
     top = [node.candidates.index(max_bits_config(node)) for node in configurable]
-    if all(model.value(t, top) <= limit for t, limit in targets.items()) and mp.configuration_overwrite is None:
-        log.info("every target allows the largest candidates everywhere: single precision, no search")
-        return None
-    minima = {t: minimum(model, t) for t in targets}
-    if any(minima[t] > limit for t, limit in targets.items()):
-        raise _unreachable(targets, minima, jointly=False)
+    minima = {}
     if mp.configuration_overwrite is not None:
         choice = _checked_overwrite(mp.configuration_overwrite, configurable)
+    elif fits(model, top, targets):
+        log.info("every target allows the largest candidates everywhere: those, no search")
+        choice = top
     else:
-        sensitivity = adapter.mixed_precision_sensitivity(graph, configurable, data_for_sensitivity, mp)
+        minima = {t: minimum(model, t) for t in targets}
+        if any(minima[t][0] > limit for t, limit in targets.items()):
+            raise _unreachable(targets, {t: m[0] for t, m in minima.items()}, jointly=False)
+        sensitivity = monotone(model, adapter.mixed_precision_sensitivity(graph, configurable, data_for_sensitivity, mp))
         choice = search(model, sensitivity, targets)
-        if choice is None:
-            raise _unreachable(targets, minima, jointly=True)
+        if choice is None:  # the solver gave up near a boundary: start from a smallest choice that fits
+            choice = next((m[1] for m in minima.values() if fits(model, m[1], targets)), None)
+            if choice is None:
+                raise _unreachable(targets, {t: m[0] for t, m in minima.items()}, jointly=True)
         if mp.refine_mp_solution:
             choice = refine(model, choice, sensitivity, targets)
     for node, c in zip(configurable, choice):
