@@ -10,7 +10,8 @@ from hwquant.core import quant_math
 from hwquant.core.candidates import select_base_configs
 from hwquant.core.config import CoreConfig, QuantizationConfig
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
-from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare, set_weights_params
+from hwquant.core.node_params import set_weights_params
+from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.capture import capture
 from hwquant.tpc.platforms import get_target_platform_capabilities

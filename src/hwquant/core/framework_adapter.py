@@ -16,6 +16,12 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node
 
 
+def spatial_axes(rank: int, channel_axis: int) -> Tuple[int, ...]:
+    """The spatial axes of an activation of this rank (batch first; every axis but batch and channels)."""
+    channels = channel_axis % rank
+    return tuple(a for a in range(1, rank) if a != channels)
+
+
 @dataclass
 class BatchNormParams:
     gamma: np.ndarray
@@ -32,7 +38,8 @@ class BatchNormParams:
 @dataclass
 class LinearGeometry:
     """How a kernel layer maps its input: a dense layer (acting on the last axis), a convolution or
-    a transposed convolution (channels at axis 1). Spatial fields have one entry per spatial dim."""
+    a transposed convolution (channels at the adapter's activation_channel_axis). Spatial fields have
+    one entry per spatial dim, in axis order."""
 
     kind: str                                       # "dense" | "conv" | "conv_transpose"
     in_channels: int
@@ -85,6 +92,14 @@ class CorrectionFacts(Protocol):
     def linear_geometry(self, node: Node) -> Optional[LinearGeometry]:
         """The geometry of a dense / convolution / transposed-convolution layer, else None."""
 
+    def canonical_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        """A kernel of this dense / convolution node in the core's layout, the one the corrections compute
+        in: dense (out, in); convolution (out, in / groups, *spatial); transposed convolution
+        (in, out / groups, *spatial). (PyTorch's own layouts; another framework transposes.)"""
+
+    def framework_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        """The inverse of canonical_kernel: a kernel in the core's layout as this node's framework holds it."""
+
     def set_linear_layer(self, node: Node, kernel: np.ndarray, bias: Optional[np.ndarray],
                          geometry: Optional[LinearGeometry] = None) -> None:
         """Give the node a fresh layer of its class with this kernel, bias (None: no bias) and
@@ -104,7 +119,7 @@ class CorrectionFacts(Protocol):
         """f(x + c) == f(x) + c for any scalar c (layout ops, dropout, identity, max-pooling, ...)."""
 
     def commutes_with_channel_scale(self, node: Node) -> bool:
-        """f(x * s) == f(x) * s for positive per-channel s along axis 1 (zero padding, pooling, ...)."""
+        """f(x * s) == f(x) * s for positive per-channel s along the channel axis (zero padding, pooling, ...)."""
 
     def add_constant_node(self, name: str, input_name: str, value: float, output_shape: Any) -> Node:
         """A new node computing input + value (not yet in any graph)."""
@@ -118,6 +133,9 @@ class CorrectionFacts(Protocol):
 class FrameworkAdapter(CorrectionFacts, Protocol):
     name: str
     fw_info: FrameworkInfo
+    # The channel axis of activations (PyTorch 1, channels first; Keras -1, channels last): per-channel
+    # statistics, and the convolutions' channels. A dense layer always reads the last axis.
+    activation_channel_axis: int
 
     def attach(self, tpc: Any, custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> Any:
         """The TPC attached to this framework's layers (a FrameworkQuantizationCapabilities)."""
@@ -139,6 +157,11 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         """Run the model of `graph` on `data` and add each batch of every node named in `statistics`
         to its TensorStatistics (summarised on the framework side, for speed); returns the number
         of batches."""
+
+    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
+                                    mp_config: Any) -> List[List[float]]:
+        """For each configurable node, the sensitivity of each of its candidates (the distance it causes
+        when that node alone takes it; smaller is better), per MixedPrecisionQuantizationConfig."""
 
     def build(self, graph: Graph, quantized: bool) -> Any:
         """The framework model of `graph` (quantized: with the nodes' final quantization)."""

@@ -12,7 +12,7 @@ is kept.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -59,7 +59,7 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     one looks better than it is: MobileNetV2, 64 crops: better on them, worse on held-out crops); if
     it wins, it is fitted again on every sample.
     Returns what was chosen and why."""
-    from hwquant.core.pipeline import restore_biases  # the pipeline imports the torch adapter
+    from hwquant.core.node_params import restore_biases
     if not layers:
         install_kernels(graph, adapter, kernels)
         return {"bias_correction": None, "bias_corrected": []}

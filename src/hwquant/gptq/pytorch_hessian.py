@@ -10,7 +10,7 @@ the largest over channels of the mean over the other axes (``per_channel=True``)
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, List, Sequence
+from typing import Iterable, Sequence
 
 import torch
 

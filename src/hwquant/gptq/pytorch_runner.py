@@ -324,7 +324,7 @@ def _teacher_cache(teacher: nn.Module, samples: List[torch.Tensor], batch_size: 
 def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> Dict[str, np.ndarray]:
     """The learned biases and quantization parameters into the graph's nodes; returns the learned
     kernels ({layer: kernel on the grid}): the analytic bias correction reads the float kernels first."""
-    from hwquant.core.pipeline import set_bias
+    from hwquant.core.node_params import set_bias
     kernels = {}
     for node, wrapper, attr, q in student.kernels:
         if q.quantization_parameter_learning:

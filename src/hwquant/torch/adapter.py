@@ -46,6 +46,7 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
 
 class PytorchAdapter(PytorchCorrectionFacts):
     name = "pytorch"
+    activation_channel_axis = 1  # channels first
 
     def __init__(self, device: Optional[torch.device] = None, fw_info: FrameworkInfo = DEFAULT_PYTORCH_INFO):
         self.device = device or torch.device("cpu")

@@ -15,7 +15,7 @@ from torch import nn
 
 from hwquant.core.framework_adapter import ActivationInfo, LinearGeometry
 from hwquant.core.graph import InputRef, Node, NodeKind
-from hwquant.torch.capture import module_framework_attr, module_weights
+from hwquant.torch.fx_graph import module_framework_attr, module_weights
 
 T = torch.Tensor
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -90,6 +90,12 @@ class PytorchCorrectionFacts:
             return LinearGeometry(kind, m.in_channels, m.out_channels, k, s, pad, d, int(m.groups),
                                   padding_mode=getattr(m, "padding_mode", "zeros"))
         return None
+
+    def canonical_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        return kernel  # the core's layout is PyTorch's
+
+    def framework_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        return kernel
 
     def set_linear_layer(self, node: Node, kernel: np.ndarray, bias: Optional[np.ndarray],
                          geometry: Optional[LinearGeometry] = None) -> None:

@@ -18,6 +18,9 @@ Two ways to measure it:
   every configurable node at its largest candidate; for each node and candidate only that node's
   quantizers are swapped in (no rebuild) and only the part of the graph downstream of it is run
   again, everything upstream coming from a cache of the baseline run.
+
+The framework-free rules (interest points, distance weighting, metric normalisation) are in
+``core/mixed_precision/sensitivity.py``.
 """
 from __future__ import annotations
 
@@ -28,8 +31,10 @@ import numpy as np
 import torch
 from torch import fx
 
-from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting, MpMetricNormalization
+from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
 from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.mixed_precision.sensitivity import (combine_distances, interest_points, needs_measurement,
+                                                      normalise_scores, point_weights)
 from hwquant.core.resource_utilization import max_bits_config
 from hwquant.torch.builder import QuantizerFactory, build_module, make_layer
 from hwquant.torch.quantizers import set_quantizer
@@ -41,14 +46,12 @@ def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iter
                           cfg: MixedPrecisionQuantizationConfig, device: Any) -> List[List[float]]:
     """sensitivity[i][c] on the first ``cfg.num_of_images`` images of `data`."""
     batches = _images(data, cfg.num_of_images, device)
-    points, outputs = _interest_points(graph, configurable, cfg), list(graph.output_names())
-    measured = (cfg.compute_distance_fn is not None or cfg.custom_metric_fn is not None
-                or cfg.distance_weighting_method == MpDistanceWeighting.EXP)
-    if measured:
+    points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
+    if needs_measurement(cfg):
         scores = _measured(graph, configurable, batches, points, outputs, cfg, device)
     else:
         scores = _probed(graph, configurable, batches, points, outputs, cfg, device)
-    return _normalise(scores, configurable, cfg)
+    return normalise_scores(scores, configurable, cfg)
 
 
 def _images(data: Iterable[List[Any]], n: int, device: Any) -> List[List[Any]]:
@@ -62,39 +65,11 @@ def _images(data: Iterable[List[Any]], n: int, device: Any) -> List[List[Any]]:
     return batches
 
 
-def _interest_points(graph: Graph, configurable: Sequence[Node], cfg: MixedPrecisionQuantizationConfig) -> List[str]:
-    """Configurable nodes' outputs (a fraction of them, spread evenly), model outputs excluded."""
-    outputs = set(graph.output_names())
-    names = [n.name for n in configurable if n.name not in outputs]
-    if not names:
-        return []
-    keep = max(1, math.ceil(len(names) * cfg.num_interest_points_factor))
-    return [names[int(k * len(names) / keep)] for k in range(keep)]
-
-
 def _float_model(graph: Graph, observed: List[str], device: Any) -> fx.GraphModule:
     model = build_module(graph, None, extra_outputs=observed).to(device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
-
-
-def _point_weights(cfg, points: List[str], outputs: List[str], hessian: Dict[str, float]) -> Dict[str, float]:
-    """The weight of each point's normalised distance in the sensitivity figure."""
-    weights = {o: 1.0 / len(outputs) for o in outputs}
-    if not points:
-        return weights
-    method = cfg.distance_weighting_method
-    if method == MpDistanceWeighting.LAST_LAYER:
-        weights[points[-1]] = weights.get(points[-1], 0.0) + 1.0
-    elif method == MpDistanceWeighting.HESSIAN:
-        total = sum(hessian[p] for p in points) or 1.0
-        for p in points:
-            weights[p] = weights.get(p, 0.0) + hessian[p] / total
-    else:  # AVG (EXP is measured)
-        for p in points:
-            weights[p] = weights.get(p, 0.0) + 1.0 / len(points)
-    return weights
 
 
 def _hessian_traces(model, batches, points: List[str], outputs: List[str], observed: List[str]) -> Dict[str, float]:
@@ -124,7 +99,7 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device) -> List[
     model = _float_model(graph, observed, device)
     hessian = (_hessian_traces(model, batches, points, outputs, observed)
                if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN else {})
-    weights = _point_weights(cfg, points, outputs, hessian)
+    weights = point_weights(cfg, points, outputs, hessian)
     totals = [[0.0] * len(n.candidates) for n in configurable]
     generator = torch.Generator().manual_seed(0)
     seen, scale = 0, None
@@ -246,7 +221,7 @@ def _measured(graph, configurable, batches, points, outputs, cfg, device) -> Lis
                         _, tensors = _CachedRun(mp_model, cache, dirty).run(*b)
                         for p, t in zip(observed, tensors):
                             dists[p] += _distance(cfg, ref[p], t) / len(batches)
-                row.append(_combine(cfg, dists, points, outputs, hessian))
+                row.append(combine_distances(cfg, dists, points, outputs, hessian))
             finally:
                 restore()
         scores.append(row)
@@ -272,38 +247,3 @@ def _swap_quantizers(model, place: Dict[str, str], factory, node: Node, cand, de
         for owner, name, quantizer in reversed(undo):
             set_quantizer(owner, name, quantizer)
     return restore
-
-
-def _combine(cfg, dists: Dict[str, float], points: List[str], outputs: List[str], hessian: Dict[str, float]) -> float:
-    out_metric = float(np.mean([dists[o] for o in outputs])) if outputs else 0.0
-    if not points:
-        return out_metric
-    d = np.array([dists[p] for p in points])
-    method = cfg.distance_weighting_method
-    if method == MpDistanceWeighting.LAST_LAYER:
-        ipts = d[-1]
-    elif method == MpDistanceWeighting.HESSIAN:
-        w = np.array([hessian.get(p, 0.0) for p in points])
-        ipts = float(np.average(d, weights=w)) if w.sum() > 0 else float(d.mean())
-    elif method == MpDistanceWeighting.EXP:
-        w = 1 - np.exp(-d / cfg.exp_distance_weighting_sigma)
-        ipts = float(np.average(d, weights=w)) if np.any(w) else 0.0
-    else:
-        ipts = float(d.mean())
-    return float(ipts) + out_metric
-
-
-def _normalise(scores: List[List[float]], configurable: Sequence[Node], cfg) -> List[List[float]]:
-    """MCT's metric normalisation (by the max- or min-bit candidate), and metric_epsilon: every
-    candidate other than the largest costs at least epsilon more than the largest."""
-    out = []
-    for row, node in zip(scores, configurable):
-        top = node.candidates.index(max_bits_config(node))
-        if cfg.metric_normalization != MpMetricNormalization.NONE:
-            bits = [sum(c.bit_widths()[1].values()) + (c.bit_widths()[0] or 0) for c in node.candidates]
-            ref = row[bits.index(max(bits) if cfg.metric_normalization == MpMetricNormalization.MAXBIT else min(bits))]
-            row = [v / ref if ref > 0 else v for v in row]
-        if cfg.metric_epsilon is not None:
-            row = [v if c == top else max(v, row[top] + cfg.metric_epsilon) for c, v in enumerate(row)]
-        out.append(row)
-    return out

@@ -24,6 +24,7 @@ import torch
 from torch import fx, nn
 
 from hwquant.core.graph import Graph, Node
+from hwquant.core.node_params import add_to_bias
 from hwquant.torch.builder import QuantizerFactory, build_layer, build_module
 
 
@@ -132,7 +133,6 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         stream.advance_to(call)
 
         def shift_bias(shift: torch.Tensor) -> None:
-            from hwquant.core.pipeline import add_to_bias  # the pipeline imports the torch adapter
             add_to_bias(node, adapter, shift.numpy())
             setattr(model, name, build_layer(graph, node, quantizers).to(adapter.device).eval())
 

@@ -277,15 +277,17 @@ class PytorchQuantizationWrapper(_MctqWrapper):
         the quantizer's state change."""
         w = self.weight
         tensors = (*wq.parameters(), *wq.buffers()) if isinstance(wq, nn.Module) else ()
-        key = (w.data_ptr(), w._version, w.device, id(wq), tuple((t.data_ptr(), t._version) for t in tensors))
+        key = (w.data_ptr(), w._version, w.device, tuple((t.data_ptr(), t._version) for t in tensors))
         cached = self.__dict__.get("_w_int_cache")
-        if cached is None or cached[0] != key:
+        # the quantizer itself, not its id(): the cache keeps it alive, so a quantizer swapped in later
+        # (mixed-precision measurement) cannot reuse its id and the addresses of its buffers
+        if cached is None or cached[0] is not wq or cached[1] != key:
             with torch.no_grad():
                 zero_point = torch.as_tensor(grid.zero_point).detach().to(w.device)
                 w_int = quant_math.quantize(w.detach(), grid) - quant_math.per_channel_view(zero_point, w, grid.axis)
                 w_quantized = quant_math.fake_quantize(w.detach(), grid)
-            cached = self.__dict__["_w_int_cache"] = (key, w_int, w_quantized)
-        return cached[1], cached[2]
+            cached = self.__dict__["_w_int_cache"] = (wq, key, w_int, w_quantized)
+        return cached[2], cached[3]
 
 
 def _grid_on(quantizer: Any, device: torch.device):

@@ -24,6 +24,7 @@ import numpy as np
 from hwquant.core import quant_math
 from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
 from hwquant.core.graph import Graph, Node
+from hwquant.core.node_params import add_to_bias
 
 if TYPE_CHECKING:  # pragma: no cover
     from hwquant.core.pipeline import PipelineState
@@ -53,8 +54,9 @@ def bias_correction_inputs(graph: Graph, adapter: FrameworkAdapter) -> List[str]
 
 
 def output_mean_shift(error: np.ndarray, g: LinearGeometry, mu: np.ndarray) -> np.ndarray:
-    """Per output channel, the mean of the layer's output change caused by adding `error` to its
-    kernel, for an input whose per-channel mean is `mu` (length in_channels)."""
+    """Per output channel, the mean of the layer's output change caused by adding `error` (in the core's
+    kernel layout, FrameworkAdapter.canonical_kernel) to its kernel, for an input whose per-channel
+    mean is `mu` (length in_channels)."""
     e = error.reshape(error.shape[0], error.shape[1], -1).sum(axis=2)  # kernel summed over spatial taps
     if g.is_dense:
         return e @ mu
@@ -76,8 +78,9 @@ def _input_mean(state: "PipelineState", node: Node, g: LinearGeometry) -> Option
     if stats is None or not stats.per_channel or stats.count == 0:
         return None
     shape = state.graph.node(node.inputs[0]).output_shape
-    if g.is_dense and not (isinstance(shape, tuple) and len(shape) == 2):
-        return None  # statistics are per axis 1; a dense layer reads the last axis
+    if g.is_dense and not (isinstance(shape, tuple) and len(shape) >= 2
+                           and state.adapter.activation_channel_axis % len(shape) == len(shape) - 1):
+        return None  # a dense layer reads the last axis: the statistics must be per that axis
     mu = np.asarray(stats.channel_mean, np.float64)
     return mu if mu.shape == (g.in_channels,) else None
 
@@ -88,7 +91,6 @@ def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Di
     layers were corrected. Needs the final configs' weights quantization parameters.
     ``quantized_kernels`` ({node name: Q(W)}) gives kernels not rounded to nearest (GPTQ's learned
     rounding); the others are quantized with their final config."""
-    from hwquant.core.pipeline import add_to_bias  # the pipeline imports the passes
 
     adapter, corrected = state.adapter, 0
     for node in state.graph:
@@ -106,7 +108,8 @@ def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Di
         if q is None:
             q = quant_math.fake_quantize_with(wc.weights_quantization_method, wc.weights_n_bits,
                                               wc.weights_quantization_params, np.asarray(w, np.float32), axis)
-        correction = output_mean_shift(np.asarray(w, np.float64) - np.asarray(q, np.float64), g, mu)
+        error = adapter.canonical_kernel(node, np.asarray(w, np.float64) - np.asarray(q, np.float64))
+        correction = output_mean_shift(error, g, mu)
         add_to_bias(node, adapter, correction)
         corrected += 1
     return corrected

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, List
 from hwquant.constants import THRESHOLD
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node
+from hwquant.core.node_params import set_weights_params
 from hwquant.core.statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
@@ -103,7 +104,6 @@ def apply_input_scaling(state: "PipelineState") -> int:
     """Scale every quantized input whose threshold exceeds its data range (see the module
     docstring); returns how many inputs were scaled. Apply when QuantizationConfig.input_scaling
     is set."""
-    from hwquant.core.pipeline import set_weights_params  # the pipeline imports the passes
 
     graph, adapter, scaled = state.graph, state.adapter, 0
     for inp in graph.input_nodes:

@@ -41,7 +41,7 @@ def _weights(node: Node, adapter: FrameworkAdapter) -> Optional[Tuple[np.ndarray
     kernel, bias = adapter.kernel_attr(node), adapter.bias_attr(node)
     if kernel is None or kernel not in node.weights:
         return None
-    return (np.asarray(node.weights[kernel], np.float64),
+    return (adapter.canonical_kernel(node, np.asarray(node.weights[kernel], np.float64)),
             None if bias is None or bias not in node.weights else np.asarray(node.weights[bias], np.float64))
 
 
@@ -53,7 +53,7 @@ def _bias_sum(*parts: Optional[np.ndarray]) -> Optional[np.ndarray]:
 def compose(g1: LinearGeometry, w1: np.ndarray, b1: Optional[np.ndarray], g2: LinearGeometry, w2: np.ndarray,
             b2: Optional[np.ndarray]) -> Optional[Tuple[np.ndarray, Optional[np.ndarray], LinearGeometry]]:
     """(kernel, bias, geometry) of the single layer equal to layer 2 after layer 1, or None if no
-    single layer of the same kind computes it exactly."""
+    single layer of the same kind computes it exactly. Kernels in the core's layout."""
     if g1.is_dense and g2.is_dense:
         return w2 @ w1, _bias_sum(None if b1 is None else w2 @ b1, b2), dataclasses.replace(
             g1, out_channels=g2.out_channels)
@@ -98,7 +98,7 @@ def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter, priors: Opti
                 continue  # the collapsed layer would be bigger than the two
             dtype = first.weights[adapter.kernel_attr(first)].dtype
             graph.remove_node(first)  # the second layer now reads the first's input
-            adapter.set_linear_layer(second, kernel.astype(dtype),
+            adapter.set_linear_layer(second, adapter.framework_kernel(second, kernel).astype(dtype),
                                      None if bias is None else bias.astype(dtype), geometry)
             # MCT's name; the collapsed layer has the second's output, so its prior
             graph.rename_node(second, f"{first.name}_{second.name}_collapsed", priors)

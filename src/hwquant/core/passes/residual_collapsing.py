@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
+import numpy as np
+
 from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
 from hwquant.core.graph import Graph
 from hwquant.core.passes.linear_collapsing import single_reader
@@ -47,11 +49,11 @@ def collapse_residuals(graph: Graph, adapter: FrameworkAdapter, priors: Optional
             tap = None if g is None or kernel_attr not in conv.weights else identity_tap(g)
             if tap is None:
                 continue
-            w = conv.weights[kernel_attr].copy()
+            w = np.array(adapter.canonical_kernel(conv, conv.weights[kernel_attr]))  # (O, I / groups, *k)
             per_group = g.in_channels // g.groups
             for o in range(g.out_channels):
                 w[(o, o % per_group) + tap] += 1
-            conv.set_weight(kernel_attr, w)
+            conv.set_weight(kernel_attr, adapter.framework_kernel(conv, w))
             conv.output_shape = add.output_shape
             graph.remove_node(add, replace_with=conv.name)
             if priors is not None:

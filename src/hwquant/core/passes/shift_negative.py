@@ -49,8 +49,10 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 import numpy as np
 
 from hwquant.constants import SIGNED, THRESHOLD
+from hwquant.core.framework_adapter import spatial_axes
 from hwquant.core.graph import Node
 from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
+from hwquant.core.node_params import collect_statistics, set_activation_params, set_weights_params
 from hwquant.core.passes.linear_collapsing import single_reader
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
@@ -142,10 +144,13 @@ def _set_configs(node: Node, config: NodeQuantizationConfig, state: "PipelineSta
         node.opset = state.fqc.opset_of(node.type, node.framework_attr)
 
 
-def _padded_shape(shape: Any, padding) -> Any:
+def _padded_shape(shape: Any, padding, channel_axis: int) -> Any:
     if not isinstance(shape, tuple) or len(shape) != 2 + len(padding):
         return shape
-    return shape[:2] + tuple(d + lo + hi for d, (lo, hi) in zip(shape[2:], padding))
+    out = list(shape)
+    for axis, (lo, hi) in zip(spatial_axes(len(shape), channel_axis), padding):
+        out[axis] += lo + hi
+    return tuple(out)
 
 
 def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
@@ -170,7 +175,7 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     if g.kind == "conv" and g.has_padding and g.zero_padding:
         reader_of = graph.node(layer.inputs[0])
         pad = adapter.pad_node(graph.unique_name(f"{layer.name}_pad"), reader_of.name, g.padding, c,
-                               _padded_shape(reader_of.output_shape, g.padding))
+                               _padded_shape(reader_of.output_shape, g.padding, adapter.activation_channel_axis))
         pad.module_path = layer.module_path
         graph.insert_after(reader_of, pad)
         _set_configs(pad, _new_config(act.final_config, quantized=False), state)
@@ -214,9 +219,11 @@ def _shift_statistics(state: "PipelineState", plan: _Plan, add: Node, pad: Optio
             and isinstance(shape_in, tuple) and isinstance(shape_out, tuple) and len(shape_in) == len(shape_out) > 2
             and all(isinstance(d, int) for d in shape_in[1:] + shape_out[1:])):
         return [pad.name]
-    area_in, area_out = math.prod(shape_in[2:]), math.prod(shape_out[2:])
-    samples = source.count // shape_in[1] // area_in
-    stats[pad.name] = source.shifted(0.0).add_constant(c, samples * shape_in[1] * (area_out - area_in))
+    spatial = spatial_axes(len(shape_in), state.adapter.activation_channel_axis)
+    channels = shape_in[state.adapter.activation_channel_axis]
+    area_in, area_out = (math.prod(shape[a] for a in spatial) for shape in (shape_in, shape_out))
+    samples = source.count // channels // area_in
+    stats[pad.name] = source.shifted(0.0).add_constant(c, samples * channels * (area_out - area_in))
     return []
 
 
@@ -224,7 +231,6 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
     """Shift every eligible activation (see the module docstring); returns how many. `data` is the
     representative data, iterated once more only for a pad whose statistics cannot be derived
     (see _shift_statistics). Needs the final configs' activation parameters."""
-    from hwquant.core.pipeline import collect_statistics, set_activation_params, set_weights_params  # (circular at import time)
 
     adds, bypassed, layers, recollect = [], [], [], []
     for act in state.graph:

@@ -1,0 +1,104 @@
+"""Writing quantization parameters and biases into nodes, and (re)collecting tensor statistics: the
+steps the pipeline and the graph corrections (core/passes) share. Both import this module; it imports
+neither, so the passes need no late imports of the pipeline."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence
+
+import numpy as np
+
+from hwquant.constants import LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN
+from hwquant.core.consumer_error import ValueMap
+from hwquant.core.framework_adapter import FrameworkAdapter
+from hwquant.core.graph import Graph, Node
+from hwquant.core.node_config import NodeQuantizationConfig
+from hwquant.core.params import activation_quantization_params, weights_quantization_params
+from hwquant.core.statistics import TensorStatistics
+from hwquant.tpc.enums import QuantizationMethod
+
+if TYPE_CHECKING:
+    from hwquant.core.pipeline import PipelineState
+
+
+def _has_channels(node) -> bool:
+    return isinstance(node.output_shape, tuple) and len(node.output_shape) >= 2
+
+
+def collect_statistics(state: "PipelineState", names: List[str], data: Iterable[List[Any]]) -> None:
+    """(Re)collect the statistics of `names` into state.statistics: one pass over `data`. Per-channel
+    figures (for bias correction, shift-negative, equalization) wherever there is a channel axis."""
+    axis = state.adapter.activation_channel_axis
+    fresh = {n: TensorStatistics(channel_axis=axis, per_channel=_has_channels(state.graph.node(n))) for n in names}
+    if names:
+        state.report["calibration_batches"] = state.adapter.collect_statistics(state.graph, fresh, data)
+    state.statistics.update(fresh)
+
+
+def _fixed_range(cfg) -> Dict[str, float]:
+    """A fixed scale / zero point (signed integer convention) as a uniform range."""
+    a = cfg.activation_quantization_cfg
+    lo_int, hi_int = -2 ** (a.activation_n_bits - 1), 2 ** (a.activation_n_bits - 1) - 1
+    zp = a.fixed_zero_point or 0
+    return {RANGE_MIN: (lo_int - zp) * a.fixed_scale, RANGE_MAX: (hi_int - zp) * a.fixed_scale}
+
+
+def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics,
+                          value_map: Optional[ValueMap] = None) -> None:
+    """The activation's quantization parameters from its statistics; ``value_map``: the element-wise
+    function its readers apply, to judge the error after it (core/consumer_error.py)."""
+    a = config.activation_quantization_cfg
+    if not a.quantized:
+        return
+    if a.fixed_scale is not None:
+        a.activation_quantization_method = QuantizationMethod.UNIFORM
+        a.activation_quantization_params = _fixed_range(config)
+        return
+    a.activation_quantization_params = activation_quantization_params(
+        a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,
+        signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold,
+        value_map=value_map, pot_clip_tolerance=a.pot_clip_tolerance)
+
+
+def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray],
+                       attrs: Optional[Sequence[Any]] = None) -> None:
+    """The quantization parameters of the config's quantized weights (only ``attrs`` when given) from
+    ``weights``."""
+    wq = config.weights_quantization_cfg
+    for attr, w in wq.attrs.items():
+        if not w.enable_weights_quantization or attr not in weights or attrs is not None and attr not in attrs:
+            continue
+        per_channel = w.weights_per_channel_threshold and w.weights_channels_axis is not None
+        w.weights_quantization_params = weights_quantization_params(
+            w.weights_quantization_method, w.weights_n_bits, w.weights_error_method, weights[attr],
+            w.weights_channels_axis if per_channel else None, per_channel, min_threshold=wq.min_threshold,
+            l_p_value=w.l_p_value, lut_values_bitwidth=w.lut_values_bitwidth or LUT_VALUES_BITWIDTH)
+
+
+def set_bias(node: Node, adapter: FrameworkAdapter, bias: np.ndarray) -> None:
+    """Write a linear layer's bias (giving the layer one where it has none) and, if the bias is
+    quantized, refresh its quantization parameters (only the bias's: the kernel's may be learned)."""
+    bias_attr = adapter.bias_attr(node)
+    if bias_attr in node.weights:
+        node.set_weight(bias_attr, np.asarray(bias).astype(node.weights[bias_attr].dtype))
+    else:
+        kernel = node.weights[adapter.kernel_attr(node)]
+        adapter.set_linear_layer(node, kernel, np.asarray(bias).astype(kernel.dtype))
+    bias_cfg = node.final_config.weights_quantization_cfg.attrs.get(bias_attr)
+    if bias_cfg is not None and bias_cfg.enable_weights_quantization:
+        set_weights_params(node.final_config, node.weights, attrs=[bias_attr])
+
+
+def restore_biases(graph: Graph, adapter: FrameworkAdapter, biases: Dict[str, Optional[np.ndarray]]) -> None:
+    """Set each named layer's bias back to ``biases[name]``; None (the layer had none): a zero bias,
+    if it has got one since (the same function)."""
+    for name, bias in biases.items():
+        node = graph.node(name)
+        current = node.weights.get(adapter.bias_attr(node))
+        if bias is not None or current is not None:
+            set_bias(node, adapter, bias if bias is not None else np.zeros_like(current))
+
+
+def add_to_bias(node: Node, adapter: FrameworkAdapter, shift: np.ndarray) -> None:
+    """Shift a linear layer's bias by ``shift`` (a layer without one gets ``shift``): see set_bias."""
+    bias = node.weights.get(adapter.bias_attr(node))
+    set_bias(node, adapter, shift if bias is None else bias + shift)

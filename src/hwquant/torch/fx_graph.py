@@ -1,0 +1,140 @@
+"""A traced torch.fx GraphModule as the framework-free core graph: its nodes, their layers' framework
+attributes and weights (numpy), output shapes. Shared by both capture paths (torch.fx in `capture.py`,
+torch.export in `export_capture.py`)."""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, List
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from hwquant.core.graph import Graph, InputRef, Node, NodeKind
+from hwquant.errors import HwquantError
+
+
+class CaptureError(HwquantError, RuntimeError):
+    """The model could not be captured into a graph."""
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
+
+
+def module_framework_attr(module: torch.nn.Module) -> Dict[str, Any]:
+    """A layer's constructor arguments as stored on it (what layer filters match against)."""
+    try:
+        params = inspect.signature(type(module).__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    attrs = {k: v for k, v in vars(module).items() if k in params and not k.startswith("_")}
+    if "bias" in params:
+        attrs["bias"] = getattr(module, "bias", None) is not None
+    return attrs
+
+
+def module_weights(module: torch.nn.Module) -> Dict[str, np.ndarray]:
+    """The layer's own parameters and buffers (not its children's), as numpy."""
+    out: Dict[str, np.ndarray] = {}
+    for name, p in module.named_parameters(recurse=False):
+        out[name] = to_numpy(p)
+    for name, b in module.named_buffers(recurse=False):
+        if b is not None and b.is_floating_point():
+            out[name] = to_numpy(b)
+    return out
+
+
+def _shape_of(meta: Any) -> Any:
+    if meta is None:
+        return None
+    if hasattr(meta, "shape"):
+        return tuple(int(d) for d in meta.shape)
+    if isinstance(meta, (list, tuple)):
+        return [_shape_of(m) for m in meta]
+    return None
+
+
+def _convert_args(args: Any, inputs: List[str], names: Dict[fx.Node, str]) -> Any:
+    """fx arguments with fx.Node references replaced by InputRef (recording the input order)."""
+    if isinstance(args, fx.Node):
+        name = names[args]
+        if name not in inputs:
+            inputs.append(name)
+        return InputRef(inputs.index(name))
+    if isinstance(args, (list, tuple)):
+        return type(args)(_convert_args(a, inputs, names) for a in args)
+    if isinstance(args, dict):
+        return {k: _convert_args(v, inputs, names) for k, v in args.items()}
+    if isinstance(args, slice):
+        return slice(*(_convert_args(x, inputs, names) for x in (args.start, args.stop, args.step)))
+    return args
+
+
+def _plain_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if not isinstance(v, (fx.Node, torch.Tensor))}
+
+
+def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
+    """The core graph of a traced GraphModule whose nodes carry shape metadata."""
+    nodes: List[Node] = []
+    names: Dict[fx.Node, str] = {}
+    outputs: Any = None
+    for n in gm.graph.nodes:
+        names[n] = n.name
+        shape = _shape_of(n.meta.get("tensor_meta"))
+        if n.op == "placeholder":
+            nodes.append(Node(n.name, NodeKind.INPUT, "input", output_shape=shape))
+        elif n.op == "get_attr":
+            value = _fetch_attr(gm, n.target)
+            if not isinstance(value, torch.Tensor):
+                raise CaptureError(f"attribute '{n.target}' used in the model is a {type(value).__name__}, not a tensor")
+            nodes.append(Node(n.name, NodeKind.CONSTANT, "constant", weights={0: to_numpy(value)}, call_target=value,
+                              output_shape=tuple(value.shape), module_path=str(n.target)))
+        elif n.op in ("call_module", "call_function", "call_method"):
+            inputs: List[str] = []
+            args = _convert_args(n.args, inputs, names)
+            kwargs = _convert_args(dict(n.kwargs), inputs, names)
+            if n.op == "call_module":
+                module = gm.get_submodule(n.target)
+                nodes.append(Node(n.name, NodeKind.MODULE, type(module), inputs, module_framework_attr(module),
+                                  module_weights(module), module, args, kwargs, shape, str(n.target)))
+            elif n.op == "call_function":
+                nodes.append(Node(n.name, NodeKind.FUNCTION, n.target, inputs, _plain_kwargs(n.kwargs), {}, n.target,
+                                  args, kwargs, shape, _scope(n)))
+            else:
+                method_type = getattr(torch.Tensor, n.target, n.target)
+                nodes.append(Node(n.name, NodeKind.METHOD, method_type, inputs, _plain_kwargs(n.kwargs), {}, n.target,
+                                  args, kwargs, shape, _scope(n)))
+        elif n.op == "output":
+            outputs = _output_structure(n.args[0], names)
+        if n.op != "output":
+            dtype = getattr(n.meta.get("tensor_meta"), "dtype", None)
+            nodes[-1].float_output = dtype is None or dtype.is_floating_point or dtype.is_complex
+    return Graph(nodes, outputs, name=name)
+
+
+def _scope(n: fx.Node) -> str:
+    stack = n.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1]
+        return path[0] if isinstance(path, tuple) else str(path)
+    return ""
+
+
+def _output_structure(arg: Any, names: Dict[fx.Node, str]) -> Any:
+    if isinstance(arg, fx.Node):
+        return names[arg]
+    if isinstance(arg, (list, tuple)):
+        return type(arg)(_output_structure(a, names) for a in arg)
+    if isinstance(arg, dict):
+        return {k: _output_structure(v, names) for k, v in arg.items()}
+    raise CaptureError(f"the model returns a {type(arg).__name__} that is not computed from its inputs; "
+                       "return only tensors (or tuples / lists / dicts of tensors)")
+
+
+def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
+    obj = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
