@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv_cpu_torch.sh .venv
 VPY=.venv/bin/python
-"$VPY" -m pip install --quiet -e ".[torch,onnx,test]"
+"$VPY" -m pip install --quiet -e ".[torch,onnx,keras,test]"
