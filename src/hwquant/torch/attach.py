@@ -11,8 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hwquant.constants import BIAS_ATTR, KERNEL_ATTR
-from hwquant.errors import InvalidTPCError
-from hwquant.tpc.attachment import FrameworkQuantizationCapabilities, OperationsSetToLayers
+from hwquant.tpc.attachment import FrameworkQuantizationCapabilities, attach_with_table
 from hwquant.tpc.enums import OperatorSetNames as N
 from hwquant.tpc.layer_filters import Eq, LayerFilterParams
 from hwquant.tpc.schema import TargetPlatformCapabilities
@@ -94,25 +93,5 @@ OPSET_ATTR_MAPPING: Dict[str, Dict[str, str]] = {
 
 def attach_tpc(tpc: TargetPlatformCapabilities,
                custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> FrameworkQuantizationCapabilities:
-    """The TPC attached to PyTorch's layers. Every operator set of the TPC must be known here or be
-    given in `custom_opset_to_layer` ({name: (layers, attr_mapping)}), which takes precedence."""
-    custom = custom_opset_to_layer or {}
-    fqc = FrameworkQuantizationCapabilities(tpc, name="pytorch")
-    for opset in tpc.operator_set or ():
-        if opset.name in custom:
-            layers, *rest = custom[opset.name]
-            fqc.attach(OperationsSetToLayers(opset.name, layers, attr_mapping=rest[0] if rest else None))
-        elif opset.name in OPSET_TO_LAYERS:
-            if OPSET_TO_LAYERS[opset.name]:
-                fqc.attach(OperationsSetToLayers(opset.name, OPSET_TO_LAYERS[opset.name],
-                                                 attr_mapping=OPSET_ATTR_MAPPING.get(opset.name)))
-        else:
-            raise InvalidTPCError(
-                f"operator set '{opset.name}' of TPC '{tpc.name}' is not a PyTorch operator set hwquant knows; "
-                f"attach layers to it with QuantizationConfig(custom_tpc_opset_to_layer={{'{opset.name}': "
-                f"([your layer types or functions], None)}}), or rename it to one of OperatorSetNames")
-    unknown_custom = sorted(set(custom) - {s.name for s in tpc.operator_set or ()})
-    if unknown_custom:
-        raise InvalidTPCError(f"custom_tpc_opset_to_layer names operator set(s) {unknown_custom} that TPC "
-                              f"'{tpc.name}' does not define")
-    return fqc
+    """The TPC attached to PyTorch's layers (see `attach_with_table`)."""
+    return attach_with_table(tpc, OPSET_TO_LAYERS, OPSET_ATTR_MAPPING, "pytorch", custom_opset_to_layer)

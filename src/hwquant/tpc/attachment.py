@@ -181,3 +181,30 @@ class FrameworkQuantizationCapabilities:
 
     def __repr__(self) -> str:
         return f"FrameworkQuantizationCapabilities(tpc={self.tpc.name!r}, name={self.name!r}, sets={len(self.op_sets_to_layers.op_sets_to_layers)})"
+
+
+def attach_with_table(tpc: Any, table: Dict[str, List[Any]], attr_mapping: Dict[str, Dict[str, str]],
+                      framework: str, custom_opset_to_layer: Optional[Dict[str, Any]] = None
+                      ) -> "FrameworkQuantizationCapabilities":
+    """The TPC attached to a framework's layers through its table {operator set: layers} and the
+    framework's names of the TPC's weight attributes. Every operator set of the TPC must be in the
+    table or in `custom_opset_to_layer` ({name: (layers, attr_mapping)}), which takes precedence."""
+    custom = custom_opset_to_layer or {}
+    fqc = FrameworkQuantizationCapabilities(tpc, name=framework)
+    for opset in fqc.tpc.operator_set or ():
+        if opset.name in custom:
+            layers, *rest = custom[opset.name]
+            fqc.attach(OperationsSetToLayers(opset.name, layers, attr_mapping=rest[0] if rest else None))
+        elif opset.name in table:
+            if table[opset.name]:
+                fqc.attach(OperationsSetToLayers(opset.name, table[opset.name], attr_mapping=attr_mapping.get(opset.name)))
+        else:
+            raise InvalidTPCError(
+                f"operator set '{opset.name}' of TPC '{fqc.tpc.name}' is not a {framework} operator set hwquant knows; "
+                f"attach layers to it with QuantizationConfig(custom_tpc_opset_to_layer={{'{opset.name}': "
+                f"([your layer types or functions], None)}}), or rename it to one of OperatorSetNames")
+    unknown_custom = sorted(set(custom) - {s.name for s in fqc.tpc.operator_set or ()})
+    if unknown_custom:
+        raise InvalidTPCError(f"custom_tpc_opset_to_layer names operator set(s) {unknown_custom} that TPC "
+                              f"'{fqc.tpc.name}' does not define")
+    return fqc
