@@ -10,7 +10,6 @@ from torch import nn
 
 import hwquant as mct
 from hwquant.errors import ExportError, InvalidConfigError
-from hwquant.torch import data as data_module
 from hwquant.torch.capture import CaptureError
 from hwquant.torch.data import RepresentativeDataError
 
@@ -78,7 +77,8 @@ def test_a_keyword_only_argument_without_default_is_named():
 
 
 def test_an_endless_generator_is_bounded(monkeypatch):
-    monkeypatch.setattr(data_module, "MAX_BATCHES_PER_PASS", 4)
+    from hwquant.core import representative_data
+    monkeypatch.setattr(representative_data, "MAX_BATCHES_PER_PASS", 4)
 
     def endless():
         while True:

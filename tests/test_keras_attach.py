@@ -30,7 +30,7 @@ def test_layers_and_captured_nodes_find_their_operator_sets():
     assert opsets == [None, "Conv", "ReLU", "DepthwiseConv2D", "ReLU6", "Add", "Flatten", "FullyConnected"]
     # Keras' weight names: the kernel options are read under them
     dw = fqc.get_qco(layers.DepthwiseConv2D, {}).base_config.attr_weights_configs_mapping
-    assert set(dw) == {"depthwise_kernel", "bias"}
+    assert set(dw) == {"kernel", "bias"}
     schema = mct.target_platform_capabilities.schema.mct_current_schema
     custom = schema.TargetPlatformCapabilities(default_qco=mct.get_target_platform_capabilities().default_qco,
                                                operator_set=(schema.OperatorsSet(name="MyOp"),), tpc_platform_type="x")

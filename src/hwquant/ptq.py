@@ -93,3 +93,11 @@ def user_information(state: Any, adapter: Any) -> UserInformation:
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)
     return info
+
+
+def __getattr__(name: str) -> Any:
+    # the Keras facade loads keras on first use: `import hwquant` needs neither keras nor tensorflow
+    if name == "keras_post_training_quantization":
+        from hwquant.keras.facade import keras_post_training_quantization
+        return keras_post_training_quantization
+    raise AttributeError(f"module 'hwquant.ptq' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """Which Keras 3 layers and raw operations (keras.ops calls captured in a functional model) belong to
-each TPC operator set, and the Keras names of the TPC's weight attributes."""
+each TPC operator set, and the Keras names of the TPC's weight attributes (every kernel is 'kernel' in Keras 3)."""
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
@@ -92,7 +92,7 @@ OPSET_TO_LAYERS = {k.value: v for k, v in OPSET_TO_LAYERS.items()}
 _KERNEL_ATTRS = {KERNEL_ATTR: "kernel", BIAS_ATTR: "bias"}
 OPSET_ATTR_MAPPING: Dict[str, Dict[str, str]] = {
     N.CONV.value: _KERNEL_ATTRS, N.CONV_TRANSPOSE.value: _KERNEL_ATTRS, N.FULLY_CONNECTED.value: _KERNEL_ATTRS,
-    N.DEPTHWISE_CONV.value: {KERNEL_ATTR: "depthwise_kernel", BIAS_ATTR: "bias"},
+    N.DEPTHWISE_CONV.value: _KERNEL_ATTRS,  # Keras 3 names a depthwise kernel 'kernel' too
 }
 
 

@@ -1,16 +1,30 @@
 """Core graph -> Keras functional model. Every layer is made anew from its class, configuration and
-weights (the user's model is never touched); raw operations are called as captured."""
+weights (the user's model is never touched); raw operations are called as captured. The quantized
+model is the same build with quantization blocks (quantized_model.py) put in."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Protocol, Sequence
 
 from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
+
+
+class Blocks(Protocol):
+    """What a build adds for quantization: the layer to call (a wrapper around it), the weights the
+    layer gets, and what follows a node's output (an activation holder)."""
+
+    def wrap(self, node: Node, layer: Any) -> Any: ...
+
+    def weights(self, node: Node) -> Dict[Any, Any]: ...
+
+    def after(self, node: Node, tensor: Any) -> Any: ...
 
 
 def new_layer(node: Node, name: Optional[str] = None) -> Any:
     """A fresh layer of the node's class and configuration (weights set once it is built)."""
     config = dict(node.framework_attr)
     config["name"] = name or node.name
+    if "use_bias" in config:  # a folded batch norm gives a kernel layer a bias it may not have had
+        config["use_bias"] = "bias" in node.weights
     return node.type.from_config(config)
 
 
@@ -25,29 +39,32 @@ def set_layer_weights(layer: Any, weights: Dict[Any, Any]) -> None:
     layer.set_weights(values)
 
 
-def build_model(graph: Graph) -> Any:
-    """The (float) Keras functional model of `graph`."""
+def build_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Optional[Blocks] = None) -> Any:
+    """The Keras functional model of `graph`, float unless `blocks` quantize it. ``extra_outputs``: node
+    names whose tensors the model also returns, as ``(outputs, [extra tensors])``."""
     import keras
 
     tensors: Dict[str, Any] = {}
     inputs = []
     for node in graph:
         if node.kind == NodeKind.INPUT:
-            tensors[node.name] = keras.Input(shape=tuple(node.output_shape[1:]), name=node.name)
-            inputs.append(tensors[node.name])
-            continue
-        fill = lambda ref, n=node: tensors[n.inputs[ref.index]]  # noqa: E731
-        args = map_input_refs(node.call_args, fill)
-        kwargs = map_input_refs(node.call_kwargs, fill)
-        if node.call_target == "getitem":
-            out = args[0][args[1]]
-        elif node.kind == NodeKind.MODULE:
-            layer = new_layer(node)
-            out = layer(*args, **kwargs)
-            if node.weights:
-                set_layer_weights(layer, node.weights)
+            out = keras.Input(shape=tuple(node.output_shape[1:]), name=node.name)
+            inputs.append(out)
         else:
-            out = node.call_target(*args, **kwargs)
-        tensors[node.name] = out
+            fill = lambda ref, n=node: tensors[n.inputs[ref.index]]  # noqa: E731
+            args = map_input_refs(node.call_args, fill)
+            kwargs = map_input_refs(node.call_kwargs, fill)
+            if node.call_target == "getitem":
+                out = args[0][args[1]]
+            elif node.kind == NodeKind.MODULE:
+                layer = new_layer(node)
+                out = (blocks.wrap(node, layer) if blocks else layer)(*args, **kwargs)
+                if node.weights:
+                    set_layer_weights(layer, blocks.weights(node) if blocks else node.weights)
+            else:
+                out = node.call_target(*args, **kwargs)
+        tensors[node.name] = blocks.after(node, out) if blocks else out
     outputs = map_structure(graph.outputs, lambda name: tensors[name])
+    if extra_outputs:
+        outputs = (outputs, [tensors[n] for n in extra_outputs])
     return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=graph.name)

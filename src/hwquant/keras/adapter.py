@@ -1,0 +1,178 @@
+"""The Keras 3 framework adapter: the facts about Keras layers the core asks for (channels last,
+kernels laid out HWIO / (in, out)), statistics collection on a float model with extra outputs, and
+the quantized model built from the core graph.
+
+Simplified in this first version: the graph corrections that reshape layers (linear / residual
+collapsing, bias correction, shift-negative correction, ReLU bound, channel equalization, input
+scaling) see no layer geometry and activation facts (`linear_geometry` / `activation_info` return
+None), so they leave Keras models as they are; batch-norm folding and every threshold search run.
+Mixed precision is not yet available for Keras.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import keras
+import numpy as np
+from keras import layers as L
+
+from hwquant.core.config import DefaultDict
+from hwquant.core.framework_adapter import BatchNormParams
+from hwquant.core.framework_info import FrameworkInfo
+from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.errors import InvalidConfigError
+from hwquant.keras.attach import attach_tpc
+from hwquant.keras.builder import build_model
+
+_CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
+_DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)
+_TRANSPOSED = (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)
+_KERNEL_LAYERS = (*_CONVS, *_DEPTHWISE, *_TRANSPOSED, L.Dense)
+
+DEFAULT_KERAS_INFO = FrameworkInfo(
+    activation_quantizer_mapping={},
+    # (output-channel axis, input-channel axis) of each kernel: HWIO convolutions, (kh, kw, in, multiplier)
+    # depthwise, (kh, kw, out, in) transposed, (in, out) dense
+    kernel_channels_mapping=DefaultDict({**{c: (-1, -2) for c in _CONVS}, **{c: (-2, -1) for c in _DEPTHWISE},
+                                         **{c: (-2, -1) for c in _TRANSPOSED}, L.Dense: (1, 0)}, None),
+    activation_min_max_mapping={"relu": (0, None), "relu6": (0, 6), "sigmoid": (0, 1), "softmax": (0, 1),
+                                "tanh": (-1, 1), "hard_sigmoid": (0, 1)},
+    layer_min_max_mapping={L.Softmax: (0, 1)},
+    kernel_ops_attributes_mapping=DefaultDict({c: ["kernel"] for c in _KERNEL_LAYERS}, [None]),
+    out_channel_axis_mapping=DefaultDict({}, -1),
+)
+
+
+def _kernel_name(layer_type: Any) -> Optional[str]:
+    return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, _KERNEL_LAYERS) else None
+
+
+class KerasAdapter:
+    name = "keras"
+    activation_channel_axis = -1  # channels last
+
+    def __init__(self, fw_info: FrameworkInfo = DEFAULT_KERAS_INFO):
+        self.fw_info = fw_info
+
+    # ---- the TPC and layer facts ----------------------------------------------------------------
+    def attach(self, tpc: Any, custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> Any:
+        return attach_tpc(tpc, custom_opset_to_layer)
+
+    def kernel_attr(self, node: Node) -> Optional[str]:
+        return _kernel_name(node.type) if node.kind == NodeKind.MODULE else None
+
+    def bias_attr(self, node: Node) -> Optional[str]:
+        return "bias" if self.kernel_attr(node) is not None else None
+
+    def kernel_axes(self, node: Node) -> Optional[Tuple[int, int]]:
+        attr = self.kernel_attr(node)
+        if attr is None or attr not in node.weights:
+            return None
+        rank = np.ndim(node.weights[attr])
+        out, inp = self.fw_info.get_kernel_channels(node.type)
+        return out % rank, inp % rank
+
+    def batch_norm_params(self, node: Node) -> Optional[BatchNormParams]:
+        if node.kind != NodeKind.MODULE or node.type is not L.BatchNormalization:
+            return None
+        cfg, w = node.framework_attr, node.weights
+        if cfg.get("axis") not in (-1, len(node.output_shape) - 1):
+            return None  # folds into a kernel's output channels: channels-last only
+        mean = w["moving_mean"]
+        return BatchNormParams(gamma=w.get("gamma", np.ones_like(mean)), beta=w.get("beta", np.zeros_like(mean)),
+                               mean=mean, var=w["moving_variance"], eps=float(cfg.get("epsilon", 1e-3)))
+
+    def canonical_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        rank = np.ndim(kernel)
+        if node.type is L.Dense:
+            return np.swapaxes(kernel, 0, 1)
+        if issubclass(node.type, _DEPTHWISE):  # (*k, in, mult) -> (in * mult, 1, *k): groups = in
+            moved = np.moveaxis(kernel, (rank - 2, rank - 1), (0, 1))
+            return moved.reshape(-1, 1, *moved.shape[2:])
+        return np.moveaxis(kernel, (rank - 1, rank - 2), (0, 1))  # (*k, a, b) -> (b, a, *k)
+
+    def framework_kernel(self, node: Node, kernel: np.ndarray) -> np.ndarray:
+        rank = np.ndim(kernel)
+        if node.type is L.Dense:
+            return np.swapaxes(kernel, 0, 1)
+        if issubclass(node.type, _DEPTHWISE):
+            channels = node.weights[self.kernel_attr(node)].shape[-2]
+            grouped = kernel.reshape(channels, -1, *kernel.shape[2:])
+            return np.moveaxis(grouped, (0, 1), (rank - 2, rank - 1))
+        return np.moveaxis(kernel, (0, 1), (rank - 1, rank - 2))
+
+    def set_linear_layer(self, node: Node, kernel: np.ndarray, bias: Optional[np.ndarray], geometry: Any = None) -> None:
+        node.framework_attr = {**node.framework_attr, "use_bias": bias is not None}
+        node.set_weight(self.kernel_attr(node), kernel)
+        if bias is None:
+            node.weights.pop("bias", None)
+        else:
+            node.set_weight("bias", bias)
+
+    # The corrections that need layer geometry and activation facts skip Keras models (module docstring).
+    def linear_geometry(self, node: Node) -> None:
+        return None
+
+    def activation_info(self, node: Node) -> None:
+        return None
+
+    def is_add(self, node: Node) -> bool:
+        return False
+
+    def commutes_with_shift(self, node: Node) -> bool:
+        return False
+
+    def commutes_with_channel_scale(self, node: Node) -> bool:
+        return False
+
+    def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
+        raise NotImplementedError("activation bounds are not edited in Keras models")
+
+    def add_constant_node(self, name: str, input_name: str, value: float, output_shape: Any) -> Node:
+        raise NotImplementedError("constant-adding nodes are not inserted in Keras models")
+
+    def pad_node(self, name: str, input_name: str, padding: Sequence[Tuple[int, int]], value: float,
+                 output_shape: Any) -> Node:
+        raise NotImplementedError("padding nodes are not inserted in Keras models")
+
+    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
+                                    mp_config: Any) -> List[List[float]]:
+        raise InvalidConfigError("mixed precision is not available for Keras models yet: quantize without "
+                                 "target_resource_utilization")
+
+    # ---- running and building --------------------------------------------------------------------
+    def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
+                           quantized: bool = False) -> int:
+        if quantized:
+            raise NotImplementedError("statistics of the quantized Keras model are not collected")
+        names = list(statistics)
+        model = build_model(graph, extra_outputs=names)
+        batches = 0
+        for batch in data:
+            outputs = model(batch if len(batch) > 1 else batch[0], training=False)
+            for name, value in zip(names, outputs[1]):
+                statistics[name].update(np.asarray(keras.ops.convert_to_numpy(value), np.float32))
+            batches += 1
+        return batches
+
+    def build(self, graph: Graph, quantized: bool) -> Any:
+        from hwquant.keras.quantized_model import build_quantized_model
+        return build_quantized_model(graph) if quantized else build_model(graph)
+
+    def fake_quantized_model(self, graph: Graph) -> Any:
+        return self.build(graph, quantized=True)
+
+    def relative_output_errors(self, reference: Any, models: Sequence[Any], data: Iterable[List[Any]],
+                               max_samples: int) -> List[float]:
+        energy, errors, seen = 0.0, [0.0] * len(models), 0
+        for batch in data:
+            if seen >= max_samples:
+                break
+            x = batch if len(batch) > 1 else batch[0]
+            ref = np.asarray(keras.ops.convert_to_numpy(reference(x, training=False)), np.float64)
+            energy += float((ref ** 2).sum())
+            for k, m in enumerate(models):
+                out = np.asarray(keras.ops.convert_to_numpy(m(x, training=False)), np.float64)
+                errors[k] += float(((out - ref) ** 2).sum())
+            seen += len(batch[0])
+        return [e / energy if energy > 0 else e for e in errors]

@@ -1,0 +1,58 @@
+"""`mct.ptq.keras_post_training_quantization` and `mct.core.keras_resource_utilization_data`."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Optional, Tuple
+
+from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.model_metadata import quantization_metadata
+from hwquant.errors import InvalidConfigError
+
+log = logging.getLogger("hwquant.keras")
+
+
+def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_config: Any, tpc_source: Any):
+    from hwquant.core.pipeline import PipelineState
+    from hwquant.keras.adapter import KerasAdapter
+    from hwquant.keras.capture import capture
+    from hwquant.keras.data import KerasRepresentativeData
+    from hwquant.tpc.serialization import load_target_platform_capabilities
+
+    if not isinstance(core_config, CoreConfig):
+        raise InvalidConfigError(f"core_config must be a CoreConfig, got {type(core_config).__name__}")
+    tpc = load_target_platform_capabilities(tpc_source)
+    data = KerasRepresentativeData(representative_data_gen)
+    example = data.first_batch()
+    graph = capture(in_model, example)
+    data.n_inputs = len(example)
+    return PipelineState(graph, core_config, KerasAdapter(), tpc), data
+
+
+def keras_post_training_quantization(in_model: Any, representative_data_gen: Callable[[], Any],
+                                     target_resource_utilization: Optional[ResourceUtilization] = None,
+                                     core_config: CoreConfig = CoreConfig(),
+                                     target_platform_capabilities: Any = None) -> Tuple[Any, Optional[UserInformation]]:
+    """Post-training quantization of a Keras 3 functional or Sequential model (any backend).
+
+    Returns (quantized keras.Model, UserInformation): weighted layers wrapped in KerasQuantizationWrapper,
+    quantized activations through KerasActivationQuantizationHolder layers.
+    """
+    from hwquant.core.pipeline import run_ptq
+    from hwquant.ptq import debug_bypass, user_information
+    from hwquant.tpc import get_target_platform_capabilities
+
+    if debug_bypass(core_config):
+        return in_model, None
+    if target_resource_utilization is not None and target_resource_utilization.is_any_restricted():
+        raise InvalidConfigError("mixed precision (target_resource_utilization) is not available for Keras models "
+                                 "yet; quantize without it, or quantize the PyTorch version of the model")
+    start = time.perf_counter()
+    tpc_source = target_platform_capabilities if target_platform_capabilities is not None \
+        else get_target_platform_capabilities()
+    state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
+    run_ptq(state, data)
+    model = state.adapter.build(state.graph, quantized=True)
+    model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
+    log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
+    return model, user_information(state, state.adapter)

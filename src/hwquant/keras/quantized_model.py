@@ -1,0 +1,54 @@
+"""The quantized Keras model: the core graph built with a KerasQuantizationWrapper around each layer
+whose weights are quantized (the inner layer holding the quantized weights) and a
+KerasActivationQuantizationHolder, named `<node>_activation_holder_quantizer` as MCT names them,
+after each quantized activation."""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import numpy as np
+
+from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.keras.builder import build_model
+from hwquant.keras.quantizers import (KerasActivationQuantizationHolder, KerasInferableQuantizer,
+                                      KerasQuantizationWrapper, make_quantizer)
+
+HOLDER_SUFFIX = "_activation_holder_quantizer"
+
+
+def weight_quantizers(node: Node) -> Dict[str, KerasInferableQuantizer]:
+    cfg = node.final_config
+    if cfg is None or node.kind != NodeKind.MODULE:
+        return {}
+    out = {}
+    for attr, wc in cfg.weights_quantization_cfg.attrs.items():
+        if wc.enable_weights_quantization and attr in node.weights:
+            axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
+            out[attr] = make_quantizer(wc.weights_quantization_method, wc.weights_n_bits,
+                                       wc.weights_quantization_params, channel_axis=axis, target="weights")
+    return out
+
+
+class _QuantizationBlocks:
+    def wrap(self, node: Node, layer: Any) -> Any:
+        quantizers = weight_quantizers(node)
+        return KerasQuantizationWrapper(layer, quantizers, name=f"quant_{node.name}") if quantizers else layer
+
+    def weights(self, node: Node) -> Dict[Any, Any]:
+        out = dict(node.weights)
+        for attr, q in weight_quantizers(node).items():
+            out[attr] = np.asarray(q(np.asarray(node.weights[attr], np.float32)), np.float32)
+        return out
+
+    def after(self, node: Node, tensor: Any) -> Any:
+        cfg = node.final_config
+        if cfg is None or not cfg.activation_quantization_cfg.quantized:
+            return tensor
+        a = cfg.activation_quantization_cfg
+        quantizer = make_quantizer(a.activation_quantization_method, a.activation_n_bits,
+                                   a.activation_quantization_params)
+        return KerasActivationQuantizationHolder(quantizer, name=f"{node.name}{HOLDER_SUFFIX}")(tensor)
+
+
+def build_quantized_model(graph: Graph) -> Any:
+    return build_model(graph, blocks=_QuantizationBlocks())

@@ -1,0 +1,146 @@
+"""The quantized Keras model's blocks, with mct-quantizers' Keras names and attributes, written with
+keras.ops (any backend) and registered as Keras serializables (a `.keras` file reloads them):
+
+- inferable quantizers (`ActivationPOTInferableQuantizer`, `WeightsSymmetricInferableQuantizer`, ...):
+  num_bits, threshold / threshold_np, signed, per_channel, channel_axis, min_range / max_range,
+  quantization_method; calling one fake-quantizes onto hwquant's grid (core/quant_math conventions,
+  round half to even);
+- `KerasActivationQuantizationHolder(activation_holder_quantizer)`: quantizes the tensor it receives;
+- `KerasQuantizationWrapper(layer, weights_quantizers)`: a weighted layer with its weight quantizers.
+  The inner layer holds the quantized weights (PTQ's output is constant), so the wrapper computes
+  exactly what the inner layer computes; `get_quantized_weights()` reads them.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import keras
+import numpy as np
+from keras import ops
+
+from hwquant.core import quant_math
+from hwquant.tpc.enums import QuantizationMethod
+
+_PACKAGE = "hwquant"
+_KIND = {QuantizationMethod.POWER_OF_TWO: "POT", QuantizationMethod.SYMMETRIC: "Symmetric",
+         QuantizationMethod.UNIFORM: "Uniform", QuantizationMethod.LUT_POT_QUANTIZER: "LUTPOT",
+         QuantizationMethod.LUT_SYM_QUANTIZER: "LUTSymmetric"}
+
+
+class KerasInferableQuantizer:
+    """A fixed quantizer: ``method``, ``num_bits``, ``params`` (hwquant.constants keys), ``channel_axis``
+    (per-channel along it, else per tensor) and ``target`` ('weights' / 'activation')."""
+
+    def __init__(self, method: Any, num_bits: int, params: Dict[str, Any], channel_axis: Optional[int] = None,
+                 target: str = "activation"):
+        self.quantization_method = self.method = QuantizationMethod(method)
+        self.num_bits = int(num_bits)
+        self.params = {k: (np.asarray(v).tolist() if isinstance(v, np.ndarray) else v) for k, v in params.items()}
+        self.channel_axis = channel_axis
+        self.per_channel = channel_axis is not None
+        self.target = target
+        self.grid = quant_math.make_grid(self.method, self.num_bits, params, axis=channel_axis)
+        threshold = params.get("threshold")
+        if threshold is not None:
+            self.threshold_np = np.atleast_1d(np.asarray(threshold, np.float64))
+            self.threshold = self.threshold_np.tolist()
+        self.signed = bool(params.get("is_signed", True)) if target == "activation" else True
+        if self.method == QuantizationMethod.UNIFORM:
+            self.min_range = np.atleast_1d(np.asarray(params["range_min"], np.float64)).tolist()
+            self.max_range = np.atleast_1d(np.asarray(params["range_max"], np.float64)).tolist()
+        if isinstance(self.grid, quant_math.LutGrid):
+            self.lut_values = np.asarray(self.grid.lut).tolist()
+
+    def __call__(self, x: Any) -> Any:
+        if isinstance(self.grid, quant_math.LutGrid):
+            if self.target != "weights":
+                raise NotImplementedError("lookup-table activation quantizers are not available in Keras")
+            return ops.convert_to_tensor(quant_math.fake_quantize(np.asarray(ops.convert_to_numpy(x)), self.grid))
+        g = self.grid
+        scale, zero_point = np.asarray(g.scale, np.float32), np.asarray(g.zero_point, np.float32)
+        if self.per_channel:
+            shape = [1] * len(x.shape)
+            shape[self.channel_axis] = -1
+            scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+        scale, zero_point = ops.convert_to_tensor(scale), ops.convert_to_tensor(zero_point)
+        q = ops.clip(ops.add(ops.round(ops.divide(x, scale)), zero_point), float(g.qmin), float(g.qmax))
+        return ops.multiply(ops.subtract(q, zero_point), scale)
+
+    def get_config(self) -> Dict[str, Any]:
+        return {"method": int(self.method), "num_bits": self.num_bits, "params": self.params,
+                "channel_axis": self.channel_axis, "target": self.target}
+
+    @classmethod
+    def from_config(cls, config: Dict[str, Any]) -> "KerasInferableQuantizer":
+        return cls(**config)
+
+    def __repr__(self) -> str:
+        axis = f", per-channel axis {self.channel_axis}" if self.per_channel else ""
+        return f"{type(self).__name__}({self.method.name}, {self.num_bits} bits{axis})"
+
+
+QUANTIZER_CLASSES: Dict[tuple, type] = {}
+for _target in ("weights", "activation"):
+    for _method, _kind in _KIND.items():
+        _name = f"{_target.capitalize()}{_kind}InferableQuantizer"
+        _cls = type(_name, (KerasInferableQuantizer,), {"__module__": __name__,
+                                                        "__doc__": f"{_name} (mct-quantizers' Keras name)."})
+        QUANTIZER_CLASSES[(_target, _method)] = keras.saving.register_keras_serializable(_PACKAGE)(_cls)
+        globals()[_name] = QUANTIZER_CLASSES[(_target, _method)]
+
+
+def make_quantizer(method: Any, num_bits: int, params: Dict[str, Any], channel_axis: Optional[int] = None,
+                   target: str = "activation") -> KerasInferableQuantizer:
+    return QUANTIZER_CLASSES[(target, QuantizationMethod(method))](method, num_bits, params, channel_axis, target)
+
+
+def _quantizer_from(config: Any) -> KerasInferableQuantizer:
+    return config if isinstance(config, KerasInferableQuantizer) else keras.saving.deserialize_keras_object(config)
+
+
+@keras.saving.register_keras_serializable(_PACKAGE)
+class KerasActivationQuantizationHolder(keras.layers.Layer):
+    """Quantizes its input with ``activation_holder_quantizer``."""
+
+    def __init__(self, activation_holder_quantizer: Any, **kwargs):
+        super().__init__(**kwargs)
+        self.activation_holder_quantizer = _quantizer_from(activation_holder_quantizer)
+
+    def call(self, inputs):
+        return self.activation_holder_quantizer(inputs)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(),
+                "activation_holder_quantizer": keras.saving.serialize_keras_object(self.activation_holder_quantizer)}
+
+
+@keras.saving.register_keras_serializable(_PACKAGE)
+class KerasQuantizationWrapper(keras.layers.Wrapper):
+    """A weighted layer and its weight quantizers ({weight name: quantizer}); the layer holds the
+    quantized weights."""
+
+    def __init__(self, layer: Any, weights_quantizers: Optional[Dict[str, Any]] = None, **kwargs):
+        super().__init__(layer, **kwargs)
+        self.weights_quantizers = {k: _quantizer_from(v) for k, v in (weights_quantizers or {}).items()}
+
+    def call(self, inputs, *args, **kwargs):
+        return self.layer(inputs, *args, **kwargs)
+
+    def compute_output_shape(self, input_shape):
+        return self.layer.compute_output_shape(input_shape)
+
+    def get_quantized_weights(self) -> Dict[str, Any]:
+        return {w.name.split("/")[-1]: w for w in self.layer.weights if w.name.split("/")[-1] in self.weights_quantizers}
+
+    def get_config(self):
+        return {**super().get_config(), "weights_quantizers": {
+            k: keras.saving.serialize_keras_object(q) for k, q in self.weights_quantizers.items()}}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        layer = keras.saving.deserialize_keras_object(config.pop("layer"))
+        return cls(layer, **config)

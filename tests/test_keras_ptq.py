@@ -1,0 +1,74 @@
+"""Keras 3 post-training quantization, end to end (torch backend in the suite)."""
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+from keras import layers  # noqa: E402
+
+import hwquant as mct  # noqa: E402
+from hwquant.core import quant_math  # noqa: E402
+from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper  # noqa: E402
+
+
+def _net():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((16, 16, 3), name="img")
+    y = layers.Conv2D(16, 3, padding="same", use_bias=False, name="c1")(x)
+    y = layers.BatchNormalization(name="bn1")(y)
+    y = layers.ReLU(6.0, name="r1")(y)
+    z = layers.DepthwiseConv2D(3, padding="same", activation="relu", name="dw")(y)
+    y = keras.ops.add(y, layers.Conv2D(16, 1, name="pw")(z))
+    y = layers.GlobalAveragePooling2D(name="gap")(y)
+    model = keras.Model(x, layers.Dense(10, name="fc")(y), name="net")
+    bn = model.get_layer("bn1")
+    rng = np.random.default_rng(0)
+    bn.moving_mean.assign(rng.uniform(-0.2, 0.2, 16).astype("float32"))
+    bn.moving_variance.assign(rng.uniform(0.5, 2.0, 16).astype("float32"))
+    return model
+
+
+def _batches():
+    rng = np.random.default_rng(1)
+    return [rng.normal(size=(16, 16, 16, 3)).astype("float32") for _ in range(3)]
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    data = _batches()
+    return mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[b] for b in data]))
+
+
+def test_quantized_model_follows_the_float_model(quantized):
+    q, info = quantized
+    x = _batches()[0]
+    f = np.asarray(keras.ops.convert_to_numpy(_net()(x)))
+    y = np.asarray(keras.ops.convert_to_numpy(q(x)))
+    sqnr = 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum())
+    assert sqnr > 25 and info is not None
+
+
+def test_quantized_model_blocks_have_mcts_names_and_read_back(quantized):
+    q, _ = quantized
+    names = [layer.name for layer in q.layers]
+    # the batch norm folded into the convolution (MCT's `<conv>_bn`); holders after the quantized tensors
+    assert "quant_c1_bn" in names and "bn1" not in names
+    holders = {l.name: l for l in q.layers if isinstance(l, KerasActivationQuantizationHolder)}
+    assert {"img_activation_holder_quantizer", "r1_activation_holder_quantizer", "fc_activation_holder_quantizer"} <= set(holders)
+    h = holders["r1_activation_holder_quantizer"].activation_holder_quantizer
+    assert type(h).__name__ == "ActivationPOTInferableQuantizer" and h.num_bits == 8 and not h.signed
+    assert np.log2(float(h.threshold_np[0])).is_integer()
+    wrapper = q.get_layer("quant_c1_bn")
+    assert isinstance(wrapper, KerasQuantizationWrapper)
+    kq = wrapper.weights_quantizers["kernel"]
+    assert type(kq).__name__ == "WeightsSymmetricInferableQuantizer" and kq.per_channel and kq.channel_axis == 3
+    kernel = np.asarray(keras.ops.convert_to_numpy(wrapper.get_quantized_weights()["kernel"]))
+    units = quant_math.grid_units(kernel.astype(np.float64), kq.grid)
+    np.testing.assert_allclose(units, np.round(units), atol=1e-3)  # the kernel lies on its grid
+    dw = q.get_layer("quant_dw").weights_quantizers["kernel"]
+    assert dw.channel_axis == 2
+
+
+def test_mixed_precision_is_refused_clearly():
+    with pytest.raises(ValueError, match="not available for Keras"):
+        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[_batches()[0]]]),
+                                                 target_resource_utilization=mct.core.ResourceUtilization(weights_memory=100))
