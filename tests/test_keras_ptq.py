@@ -72,3 +72,22 @@ def test_mixed_precision_is_refused_clearly():
     with pytest.raises(ValueError, match="not available for Keras"):
         mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[_batches()[0]]]),
                                                  target_resource_utilization=mct.core.ResourceUtilization(weights_memory=100))
+
+
+def test_save_and_load_keep_the_quantized_model(quantized, tmp_path):
+    q, _ = quantized
+    path = tmp_path / "q.keras"
+    q.save(path)
+    loaded = mct.keras_load_quantized_model(path)
+    x = _batches()[1]
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(q(x)))
+    w = loaded.get_layer("quant_c1_bn")
+    assert isinstance(w, KerasQuantizationWrapper) and w.weights_quantizers["kernel"].num_bits == 8
+
+
+def test_resource_utilization_data_as_for_pytorch():
+    data = _batches()
+    ru = mct.core.keras_resource_utilization_data(_net(), lambda: iter([[b] for b in data]))
+    # 8-bit kernels only (float biases not counted): c1 3*3*3*16, dw 3*3*16, pw 16*16, fc 16*10
+    assert ru.weights_memory == 432 + 144 + 256 + 160
+    assert ru.activation_memory > 0 and ru.bops > 0

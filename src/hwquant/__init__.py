@@ -16,3 +16,11 @@ from hwquant.logger import set_log_folder, set_progress_bars  # noqa: F401,E402
 from hwquant.tpc import (QuantizationMethod, get_target_platform_capabilities,  # noqa: F401,E402
                          get_target_platform_capabilities_sdsp)
 from hwquant.wrapper import MCTWrapper  # noqa: F401,E402
+
+
+def __getattr__(name: str):
+    # loads keras on first use: `import hwquant` needs neither keras nor tensorflow
+    if name == "keras_load_quantized_model":
+        from hwquant.keras.facade import keras_load_quantized_model
+        return keras_load_quantized_model
+    raise AttributeError(f"module 'hwquant' has no attribute '{name}'")

@@ -18,4 +18,7 @@ def __getattr__(name: str):
     if name == "pytorch_resource_utilization_data":
         from hwquant.torch.resource_utilization_data import pytorch_resource_utilization_data
         return pytorch_resource_utilization_data
+    if name == "keras_resource_utilization_data":
+        from hwquant.keras.facade import keras_resource_utilization_data
+        return keras_resource_utilization_data
     raise AttributeError(f"module 'hwquant.core' has no attribute '{name}'")

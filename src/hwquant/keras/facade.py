@@ -1,4 +1,5 @@
-"""`mct.ptq.keras_post_training_quantization` and `mct.core.keras_resource_utilization_data`."""
+"""The Keras facades: `mct.ptq.keras_post_training_quantization`, `mct.core.keras_resource_utilization_data`,
+`mct.keras_load_quantized_model`."""
 from __future__ import annotations
 
 import logging
@@ -56,3 +57,28 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
     log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, user_information(state, state.adapter)
+
+
+def keras_resource_utilization_data(in_model: Any, representative_data_gen: Callable[[], Any],
+                                    core_config: CoreConfig = CoreConfig(),
+                                    target_platform_capabilities: Any = None) -> ResourceUtilization:
+    """The resource figures of `in_model` with every node at its TPC base config (MCT's definitions,
+    as pytorch_resource_utilization_data)."""
+    from hwquant.core.pipeline import prepare
+    from hwquant.core.resource_utilization import base_config, compute_resource_utilization
+    from hwquant.tpc import get_target_platform_capabilities
+
+    state, _ = _session(in_model, representative_data_gen, core_config,
+                        target_platform_capabilities if target_platform_capabilities is not None
+                        else get_target_platform_capabilities())
+    prepare(state)
+    return compute_resource_utilization(state.graph, base_config, state.adapter)
+
+
+def keras_load_quantized_model(filepath: Any, compile: bool = True) -> Any:
+    """A quantized Keras model saved with `model.save('....keras')`, with hwquant's quantization
+    layers (saved on one Keras backend, loadable on another)."""
+    import keras
+
+    import hwquant.keras.quantizers  # noqa: F401 - registers the quantization layers for deserialisation
+    return keras.saving.load_model(filepath, compile=compile)
