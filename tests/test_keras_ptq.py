@@ -91,3 +91,37 @@ def test_resource_utilization_data_as_for_pytorch():
     # 8-bit kernels only (float biases not counted): c1 3*3*3*16, dw 3*3*16, pw 16*16, fc 16*10
     assert ru.weights_memory == 432 + 144 + 256 + 160
     assert ru.activation_memory > 0 and ru.bops > 0
+
+
+def _swish_net():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((12, 12, 3))
+    y = layers.Conv2D(8, 3, padding="same", name="c1")(x)
+    y = layers.Activation("swish", name="sw")(y)
+    y = layers.Conv2D(8, 3, padding="same", name="c2")(y)
+    model = keras.Model(x, layers.Dense(4, name="fc")(layers.GlobalAveragePooling2D(name="gap")(y)))
+    c1 = model.get_layer("c1")
+    c1.kernel.assign(c1.kernel * 6.0)  # a wide swish output: its negative part is small against the threshold
+    return model
+
+
+def test_graph_corrections_run_on_keras_models():
+    """Bias correction (the kernels' mean error through the core's kernel layout) and the shift-negative
+    correction (a constant add, and a pad node with the shift where the next convolution pads 'same')."""
+    from hwquant.core.pipeline import run_ptq
+    from hwquant.keras import facade
+    data = [np.random.default_rng(i).normal(size=(8, 12, 12, 3)).astype("float32") for i in range(2)]
+    model = _swish_net()
+    f = np.asarray(keras.ops.convert_to_numpy(model(data[0])))
+    sqnr = {}
+    for sn in (False, True):
+        cc = mct.core.CoreConfig(mct.core.QuantizationConfig(shift_negative_activation_correction=sn))
+        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc, mct.get_target_platform_capabilities())
+        run_ptq(state, d)
+        q = state.adapter.build(state.graph, quantized=True)
+        o = np.asarray(keras.ops.convert_to_numpy(q(data[0])))
+        sqnr[sn] = 10 * np.log10((f ** 2).sum() / ((f - o) ** 2).sum())
+        assert "bias_correction_error" in state.report  # corrections computed, then judged on the data
+    assert state.report["shift_negative"] == 1
+    assert {"sw_shift", "c2_pad"} <= {n.name for n in state.graph}
+    assert sqnr[True] > 25 and sqnr[True] >= sqnr[False] - 0.5

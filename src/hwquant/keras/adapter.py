@@ -2,11 +2,8 @@
 kernels laid out HWIO / (in, out)), statistics collection on a float model with extra outputs, and
 the quantized model built from the core graph.
 
-Simplified in this first version: the graph corrections that reshape layers (linear / residual
-collapsing, bias correction, shift-negative correction, ReLU bound, channel equalization, input
-scaling) see no layer geometry and activation facts (`linear_geometry` / `activation_info` return
-None), so they leave Keras models as they are; batch-norm folding and every threshold search run.
-Mixed precision is not yet available for Keras.
+The graph corrections' facts are in correction_facts.py (channels-last convolutions and dense layers;
+transposed convolutions are left alone by the corrections). Mixed precision is not yet available.
 """
 from __future__ import annotations
 
@@ -23,6 +20,7 @@ from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.attach import attach_tpc
 from hwquant.keras.builder import build_model
+from hwquant.keras.correction_facts import KerasCorrectionFacts
 
 _CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
 _DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)
@@ -47,11 +45,12 @@ def _kernel_name(layer_type: Any) -> Optional[str]:
     return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, _KERNEL_LAYERS) else None
 
 
-class KerasAdapter:
+class KerasAdapter(KerasCorrectionFacts):
     name = "keras"
     activation_channel_axis = -1  # channels last
 
-    def __init__(self, fw_info: FrameworkInfo = DEFAULT_KERAS_INFO):
+    def __init__(self, graph: Optional[Graph] = None, fw_info: FrameworkInfo = DEFAULT_KERAS_INFO):
+        self.graph = graph  # the graph being quantized: the corrections' facts read its input shapes
         self.fw_info = fw_info
 
     # ---- the TPC and layer facts ----------------------------------------------------------------
@@ -100,40 +99,6 @@ class KerasAdapter:
             grouped = kernel.reshape(channels, -1, *kernel.shape[2:])
             return np.moveaxis(grouped, (0, 1), (rank - 2, rank - 1))
         return np.moveaxis(kernel, (0, 1), (rank - 1, rank - 2))
-
-    def set_linear_layer(self, node: Node, kernel: np.ndarray, bias: Optional[np.ndarray], geometry: Any = None) -> None:
-        node.framework_attr = {**node.framework_attr, "use_bias": bias is not None}
-        node.set_weight(self.kernel_attr(node), kernel)
-        if bias is None:
-            node.weights.pop("bias", None)
-        else:
-            node.set_weight("bias", bias)
-
-    # The corrections that need layer geometry and activation facts skip Keras models (module docstring).
-    def linear_geometry(self, node: Node) -> None:
-        return None
-
-    def activation_info(self, node: Node) -> None:
-        return None
-
-    def is_add(self, node: Node) -> bool:
-        return False
-
-    def commutes_with_shift(self, node: Node) -> bool:
-        return False
-
-    def commutes_with_channel_scale(self, node: Node) -> bool:
-        return False
-
-    def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
-        raise NotImplementedError("activation bounds are not edited in Keras models")
-
-    def add_constant_node(self, name: str, input_name: str, value: float, output_shape: Any) -> Node:
-        raise NotImplementedError("constant-adding nodes are not inserted in Keras models")
-
-    def pad_node(self, name: str, input_name: str, padding: Sequence[Tuple[int, int]], value: float,
-                 output_shape: Any) -> Node:
-        raise NotImplementedError("padding nodes are not inserted in Keras models")
 
     def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
                                     mp_config: Any) -> List[List[float]]:

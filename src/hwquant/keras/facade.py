@@ -27,7 +27,7 @@ def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_con
     example = data.first_batch()
     graph = capture(in_model, example)
     data.n_inputs = len(example)
-    return PipelineState(graph, core_config, KerasAdapter(), tpc), data
+    return PipelineState(graph, core_config, KerasAdapter(graph), tpc), data
 
 
 def keras_post_training_quantization(in_model: Any, representative_data_gen: Callable[[], Any],
