@@ -68,10 +68,21 @@ def test_quantized_model_blocks_have_mcts_names_and_read_back(quantized):
     assert dw.channel_axis == 2
 
 
-def test_mixed_precision_is_refused_clearly():
-    with pytest.raises(ValueError, match="not available for Keras"):
-        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[_batches()[0]]]),
-                                                 target_resource_utilization=mct.core.ResourceUtilization(weights_memory=100))
+def test_mixed_precision_under_a_weights_target():
+    data = _batches()
+    gen = lambda: iter([[b] for b in data])  # noqa: E731
+    full = mct.core.keras_resource_utilization_data(_net(), gen)
+    target = mct.core.ResourceUtilization(weights_memory=full.weights_memory * 0.6)
+    q, info = mct.ptq.keras_post_training_quantization(_net(), gen, target_resource_utilization=target)
+    bits = {l.name: l.weights_quantizers["kernel"].num_bits for l in q.layers if isinstance(l, KerasQuantizationWrapper)}
+    assert info.final_resource_utilization.weights_memory <= target.weights_memory and min(bits.values()) < 8
+    x = data[0]
+    f, y = (np.asarray(keras.ops.convert_to_numpy(m(x))) for m in (_net(), q))
+    assert 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 15
+    with pytest.raises(ValueError, match="Hessian-weighted mixed precision is not available for Keras"):
+        mct.ptq.keras_post_training_quantization(
+            _net(), gen, target_resource_utilization=target, core_config=mct.core.CoreConfig(
+                mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig(use_hessian_based_scores=True)))
 
 
 def test_save_and_load_keep_the_quantized_model(quantized, tmp_path):

@@ -3,7 +3,8 @@ kernels laid out HWIO / (in, out)), statistics collection on a float model with 
 the quantized model built from the core graph.
 
 The graph corrections' facts are in correction_facts.py (channels-last convolutions and dense layers;
-transposed convolutions are left alone by the corrections). Mixed precision is not yet available.
+transposed convolutions are left alone by the corrections); mixed-precision sensitivities are measured
+(mixed_precision.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from hwquant.core.config import DefaultDict
 from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.errors import InvalidConfigError
 from hwquant.keras.attach import attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.correction_facts import KerasCorrectionFacts
@@ -102,8 +102,8 @@ class KerasAdapter(KerasCorrectionFacts):
 
     def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
                                     mp_config: Any) -> List[List[float]]:
-        raise InvalidConfigError("mixed precision is not available for Keras models yet: quantize without "
-                                 "target_resource_utilization")
+        from hwquant.keras.mixed_precision import candidate_sensitivity
+        return candidate_sensitivity(graph, configurable, data, mp_config)
 
     # ---- running and building --------------------------------------------------------------------
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],

@@ -40,18 +40,17 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     quantized activations through KerasActivationQuantizationHolder layers.
     """
     from hwquant.core.pipeline import run_ptq
-    from hwquant.ptq import debug_bypass, user_information
+    from hwquant.ptq import _check_target, debug_bypass, user_information
     from hwquant.tpc import get_target_platform_capabilities
 
     if debug_bypass(core_config):
         return in_model, None
-    if target_resource_utilization is not None and target_resource_utilization.is_any_restricted():
-        raise InvalidConfigError("mixed precision (target_resource_utilization) is not available for Keras models "
-                                 "yet; quantize without it, or quantize the PyTorch version of the model")
+    _check_target(target_resource_utilization)
     start = time.perf_counter()
     tpc_source = target_platform_capabilities if target_platform_capabilities is not None \
         else get_target_platform_capabilities()
     state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
+    state.target = target_resource_utilization
     run_ptq(state, data)
     model = state.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")

@@ -4,7 +4,7 @@ KerasActivationQuantizationHolder, named `<node>_activation_holder_quantizer` as
 after each quantized activation."""
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 import numpy as np
 
@@ -50,5 +50,5 @@ class _QuantizationBlocks:
         return KerasActivationQuantizationHolder(quantizer, name=f"{node.name}{HOLDER_SUFFIX}")(tensor)
 
 
-def build_quantized_model(graph: Graph) -> Any:
-    return build_model(graph, blocks=_QuantizationBlocks())
+def build_quantized_model(graph: Graph, extra_outputs: Sequence[str] = ()) -> Any:
+    return build_model(graph, extra_outputs, blocks=_QuantizationBlocks())
