@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-import keras
 import numpy as np
 from keras import layers as L
 
@@ -113,10 +112,10 @@ class KerasAdapter(KerasCorrectionFacts):
         names = list(statistics)
         model = build_model(graph, extra_outputs=names)
         batches = 0
-        for batch in data:
-            outputs = model(batch if len(batch) > 1 else batch[0], training=False)
-            for name, value in zip(names, outputs[1]):
-                statistics[name].update(np.asarray(keras.ops.convert_to_numpy(value), np.float32))
+        for batch in data:  # predict_on_batch: inference only (no gradient graph on any backend), numpy out
+            _, values = model.predict_on_batch(batch if len(batch) > 1 else batch[0])
+            for name, value in zip(names, values):
+                statistics[name].update(np.asarray(value, np.float32))
             batches += 1
         return batches
 
@@ -134,10 +133,10 @@ class KerasAdapter(KerasCorrectionFacts):
             if seen >= max_samples:
                 break
             x = batch if len(batch) > 1 else batch[0]
-            ref = np.asarray(keras.ops.convert_to_numpy(reference(x, training=False)), np.float64)
+            ref = np.asarray(reference.predict_on_batch(x), np.float64)
             energy += float((ref ** 2).sum())
             for k, m in enumerate(models):
-                out = np.asarray(keras.ops.convert_to_numpy(m(x, training=False)), np.float64)
+                out = np.asarray(m.predict_on_batch(x), np.float64)
                 errors[k] += float(((out - ref) ** 2).sum())
             seen += len(batch[0])
         return [e / energy if energy > 0 else e for e in errors]

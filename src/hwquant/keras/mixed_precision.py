@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, List, Sequence
 
-import keras
 import numpy as np
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
@@ -31,8 +30,8 @@ def _images(data: Iterable[List[np.ndarray]], n: int) -> List[List[np.ndarray]]:
 
 
 def _run(model: Any, batch: List[np.ndarray]) -> List[np.ndarray]:
-    _, extra = model(batch if len(batch) > 1 else batch[0], training=False)
-    return [np.asarray(keras.ops.convert_to_numpy(t), np.float64) for t in extra]
+    _, extra = model.predict_on_batch(batch if len(batch) > 1 else batch[0])
+    return [np.asarray(t, np.float64) for t in extra]
 
 
 def _distance(cfg: MixedPrecisionQuantizationConfig, reference: np.ndarray, quantized: np.ndarray) -> float:

@@ -1,0 +1,81 @@
+"""Keras 3 versions of the benchmark models, with the real weights of their PyTorch versions.
+
+MobileNetV2: keras.applications.MobileNetV2's architecture with torchvision's ImageNet weights. Two
+facts make the Keras graph compute a different function out of the box, and the model's config is
+edited so that it computes torchvision's:
+- stride-2 convolutions: Keras pads bottom / right only ('same' padding on the stem convolution,
+  ZeroPadding2D(correct_pad) before each stride-2 depthwise convolution); torchvision pads one pixel
+  on every side. The stem gets a ZeroPadding2D((1, 1)) and 'valid' padding, the block pads become (1, 1).
+- batch-norm epsilon: Keras 1e-3, torchvision 1e-5 (thousands of channels have a running variance
+  below 1e-3): every BatchNormalization gets 1e-5.
+Weights map in order (conv, bn, ..., classifier): OIHW -> HWIO, depthwise (C, 1, kh, kw) -> (kh, kw, C, 1),
+Linear (out, in) -> Dense (in, out). Inputs are NHWC.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, List
+
+import numpy as np
+
+
+def _keras():
+    import keras
+    return keras
+
+
+def keras_mobilenet_v2_architecture() -> Any:
+    """keras.applications.MobileNetV2 (no weights) with torchvision's padding and batch-norm epsilon."""
+    keras = _keras()
+    base = keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3), classes=1000,
+                                          classifier_activation=None)
+    config = copy.deepcopy(base.get_config())
+    layers: List[Dict[str, Any]] = config["layers"]
+    for layer in layers:
+        if layer["class_name"] == "BatchNormalization":
+            layer["config"]["epsilon"] = 1e-5
+        if layer["class_name"] == "ZeroPadding2D":
+            layer["config"]["padding"] = ((1, 1), (1, 1))
+    stem = next(i for i, layer in enumerate(layers) if layer["name"] == "Conv1")
+    stem_layer = layers[stem]
+    stem_layer["config"]["padding"] = "valid"
+    pad = {"module": "keras.layers", "class_name": "ZeroPadding2D", "name": "Conv1_pad",
+           "config": {"name": "Conv1_pad", "trainable": True, "dtype": stem_layer["config"]["dtype"],
+                      "padding": ((1, 1), (1, 1)), "data_format": "channels_last"},
+           "registered_name": None, "build_config": {"input_shape": [None, 224, 224, 3]},
+           "inbound_nodes": copy.deepcopy(stem_layer["inbound_nodes"])}
+    layers.insert(stem, pad)
+    _point_inbound_to(stem_layer, "Conv1_pad")
+    return keras.Model.from_config(config)
+
+
+def _point_inbound_to(layer: Dict[str, Any], source: str) -> None:
+    """Make the layer's single inbound tensor come from `source` (Keras 3 functional config format)."""
+    node = layer["inbound_nodes"][0]
+    history = node["args"][0]["config"]["keras_history"]
+    history[0], history[1], history[2] = source, 0, 0
+
+
+def keras_mobilenet_v2_from_torch(state_dict: Dict[str, Any]) -> Any:
+    """The Keras MobileNetV2 computing torchvision's function with its weights (`state_dict`: torchvision's)."""
+    keras = _keras()
+    model = keras_mobilenet_v2_architecture()
+    convs = [k[:-len(".weight")] for k, v in state_dict.items() if k.endswith(".weight") and np.ndim(v) == 4]
+    bns = [k[:-len(".running_mean")] for k in state_dict if k.endswith(".running_mean")]
+    torch_layers = sorted(convs + bns, key=lambda k: list(state_dict).index(k + ".weight"))
+    keras_layers = [layer for layer in model.layers if layer.weights and layer.__class__.__name__ != "Dense"]
+    if len(torch_layers) != len(keras_layers):
+        raise ValueError(f"{len(torch_layers)} torch conv/bn layers against {len(keras_layers)} Keras ones")
+    to_np = lambda t: np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t, np.float32)  # noqa: E731
+    for name, layer in zip(torch_layers, keras_layers):
+        if name in bns:
+            layer.set_weights([to_np(state_dict[name + s]) for s in (".weight", ".bias", ".running_mean", ".running_var")])
+            continue
+        w = to_np(state_dict[name + ".weight"])
+        if layer.__class__.__name__ == "DepthwiseConv2D":
+            layer.set_weights([w.transpose(2, 3, 0, 1)])
+        else:
+            layer.set_weights([w.transpose(2, 3, 1, 0)])
+    dense = model.get_layer("predictions")
+    dense.set_weights([to_np(state_dict["classifier.1.weight"]).T, to_np(state_dict["classifier.1.bias"])])
+    return model
