@@ -12,6 +12,9 @@ def __getattr__(name):
     if name == "is_pytorch_layer_exportable":
         from hwquant.torch.export_model import is_pytorch_layer_exportable
         return is_pytorch_layer_exportable
+    if name in ("keras_export_model", "is_keras_layer_exportable"):
+        from hwquant.keras import export
+        return getattr(export, name)
     if name in ("save_quantized_model", "load_quantized_model", "SavedModelError"):
         from hwquant.torch import saved_model
         return getattr(saved_model, name)

@@ -1,0 +1,101 @@
+"""`mct.exporter.keras_export_model`: write a quantized Keras model (MCT's signature).
+
+    KERAS + MCTQ          the quantized model as it is (.keras): wrappers and holders, which
+                          `mct.keras_load_quantized_model` reads on any backend
+    KERAS + FAKELY_QUANT  every KerasQuantizationWrapper replaced by its inner layer (plain Keras
+                          layers holding the quantized weights); the activation holders stay
+    TFLITE + FAKELY_QUANT the model converted by TensorFlow's converter (Keras' TensorFlow backend):
+                          float operations computing the fake quantization
+TFLITE + INT8 (a fully integer graph) is not written yet. Files are written whole or not at all.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import keras
+
+from hwquant.errors import ExportError
+from hwquant.exporter.formats import KerasExportSerializationFormat as KSF
+from hwquant.exporter.formats import QuantizationFormat as QF
+from hwquant.exporter.formats import as_format
+from hwquant.fileio import atomic_write
+from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
+
+SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT,)}
+
+
+def is_keras_layer_exportable(layer: Any) -> bool:
+    """MCT's check of one layer: a wrapper holds a non-empty dict of weight quantizers, a holder its quantizer."""
+    if isinstance(layer, KerasQuantizationWrapper):
+        return isinstance(layer.weights_quantizers, dict) and len(layer.weights_quantizers) > 0
+    if isinstance(layer, KerasActivationQuantizationHolder):
+        return layer.activation_holder_quantizer is not None
+    return isinstance(layer, keras.layers.Layer)
+
+
+def _without_wrappers(model: Any) -> Any:
+    def clone(layer):
+        inner = layer.layer if isinstance(layer, KerasQuantizationWrapper) else layer
+        copy = inner.__class__.from_config(inner.get_config())
+        return copy
+    flat = keras.models.clone_model(model, clone_function=clone)
+    for src, dst in zip(model.layers, flat.layers):
+        inner = src.layer if isinstance(src, KerasQuantizationWrapper) else src
+        dst.set_weights(inner.get_weights())
+    return flat
+
+
+def _save_keras(model: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".keras", dir=path.parent)
+    os.close(fd)
+    try:
+        model.save(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
+                       serialization_format: Any = KSF.KERAS, quantization_format: Any = QF.MCTQ) -> Path:
+    """Export a Keras model quantized by hwquant; returns the path written (see the module docstring)."""
+    serialization = as_format(serialization_format, KSF, "serialization_format")
+    quantization = as_format(quantization_format, QF, "quantization_format")
+    if quantization not in SUPPORTED[serialization]:
+        raise ExportError(f"{serialization.name} export does not support quantization_format={quantization.name}; "
+                          f"use {' or '.join(q.name for q in SUPPORTED[serialization])}"
+                          + (" (a fully integer TFLite file is not written yet)" if quantization == QF.INT8 else ""))
+    if not isinstance(model, keras.Model):
+        raise ExportError(f"model must be a keras.Model quantized by hwquant, got {type(model).__name__}")
+    if not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder)) for layer in model.layers):
+        raise ExportError(f"the model '{model.name}' holds no hwquant quantization layers: quantize it first with "
+                          "mct.ptq.keras_post_training_quantization and export the model that returns")
+    refused = [layer.name for layer in model.layers if (is_layer_exportable_fn or is_keras_layer_exportable)(layer) is False]
+    if refused:
+        raise ExportError(f"is_layer_exportable_fn refused the layers {refused[:8]}; nothing was written")
+    suffix = ".keras" if serialization == KSF.KERAS else ".tflite"
+    if not isinstance(save_model_path, (str, os.PathLike)) or not str(save_model_path):
+        raise ExportError(f"save_model_path must be a file path, got {save_model_path!r}")
+    path = Path(save_model_path)
+    if not path.parent.is_dir():
+        raise ExportError(f"cannot write '{path}': folder '{path.parent}' does not exist; create it first")
+    if serialization == KSF.KERAS:
+        if path.suffix != suffix:
+            raise ExportError(f"Keras saves '.keras' files: give save_model_path a '.keras' name, not '{path.name}'")
+        _save_keras(model if quantization == QF.MCTQ else _without_wrappers(model), path)
+        return path
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError(f"TFLite export needs Keras' TensorFlow backend (this process runs '{keras.backend.backend()}'): "
+                          "set KERAS_BACKEND=tensorflow before importing keras, load the model with "
+                          "mct.keras_load_quantized_model, and export it there")
+    import tensorflow as tf
+
+    try:
+        data = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+    except Exception as e:  # noqa: BLE001 - the converter's own errors, said plainly
+        raise ExportError(f"TensorFlow's converter refused the model: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+    atomic_write(path, data)
+    return path

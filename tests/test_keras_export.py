@@ -1,0 +1,75 @@
+"""mct.exporter.keras_export_model: .keras (MCTQ, fake-quant) on any backend, TFLite on TensorFlow."""
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+import hwquant as mct  # noqa: E402
+from hwquant.errors import ExportError  # noqa: E402
+from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper  # noqa: E402
+from test_keras_ptq import _batches, _net  # noqa: E402
+
+KSF, QF = mct.exporter.KerasExportSerializationFormat, mct.exporter.QuantizationFormat
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    data = _batches()
+    return mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[b] for b in data]))[0]
+
+
+def _out(model, x):
+    return np.asarray(model.predict_on_batch(x))
+
+
+def test_keras_mctq_and_fake_quant_files(quantized, tmp_path):
+    x = _batches()[1]
+    path = mct.exporter.keras_export_model(quantized, tmp_path / "q.keras")  # MCTQ: the model as it is
+    loaded = mct.keras_load_quantized_model(path)
+    np.testing.assert_array_equal(_out(loaded, x), _out(quantized, x))
+    assert any(isinstance(layer, KerasQuantizationWrapper) for layer in loaded.layers)
+    fq = mct.exporter.keras_export_model(quantized, tmp_path / "fq.keras", quantization_format=QF.FAKELY_QUANT)
+    flat = mct.keras_load_quantized_model(fq)
+    assert not any(isinstance(layer, KerasQuantizationWrapper) for layer in flat.layers)
+    assert any(isinstance(layer, KerasActivationQuantizationHolder) for layer in flat.layers)
+    np.testing.assert_allclose(_out(flat, x), _out(quantized, x), atol=1e-6)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fq.keras", "q.keras"]  # no temporary left
+
+
+def test_tflite_fake_quant(quantized, tmp_path):
+    x = _batches()[1]
+    if keras.backend.backend() != "tensorflow":
+        with pytest.raises(ExportError, match="TFLite export needs Keras' TensorFlow backend"):
+            mct.exporter.keras_export_model(quantized, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                            quantization_format=QF.FAKELY_QUANT)
+        assert not list(tmp_path.iterdir())
+        return
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    path = mct.exporter.keras_export_model(quantized, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                           quantization_format=QF.FAKELY_QUANT)
+    interpreter = litert.Interpreter(model_path=str(path))
+    inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()[0]
+    interpreter.resize_tensor_input(inp["index"], x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(inp["index"], x)
+    interpreter.invoke()
+    step = quantized.get_layer("fc_activation_holder_quantizer").activation_holder_quantizer.grid.scale
+    assert np.abs(interpreter.get_tensor(out["index"]) - _out(quantized, x)).max() <= float(step) * 1.0001
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(serialization_format=KSF.TFLITE, quantization_format=QF.MCTQ), "TFLITE export does not support .*MCTQ"),
+    (dict(serialization_format=KSF.TFLITE, quantization_format=QF.INT8), "fully integer TFLite file is not written yet"),
+    (dict(save_model_path="q.h5"), "'.keras' name"),
+    (dict(is_layer_exportable_fn=lambda layer: not isinstance(layer, KerasQuantizationWrapper)), "refused the layers"),
+])
+def test_bad_exports_are_refused_before_writing(quantized, tmp_path, kwargs, match):
+    path = tmp_path / kwargs.pop("save_model_path", "q.keras")
+    with pytest.raises(ExportError, match=match):
+        mct.exporter.keras_export_model(quantized, path, **kwargs)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_float_model_is_refused(tmp_path):
+    with pytest.raises(ExportError, match="holds no hwquant quantization layers"):
+        mct.exporter.keras_export_model(_net(), tmp_path / "f.keras")
