@@ -56,26 +56,79 @@ def _point_inbound_to(layer: Dict[str, Any], source: str) -> None:
     history[0], history[1], history[2] = source, 0, 0
 
 
-def keras_mobilenet_v2_from_torch(state_dict: Dict[str, Any]) -> Any:
-    """The Keras MobileNetV2 computing torchvision's function with its weights (`state_dict`: torchvision's)."""
-    keras = _keras()
-    model = keras_mobilenet_v2_architecture()
+def _copy_conv_bn_weights(model: Any, state_dict: Dict[str, Any]) -> None:
+    """Torch convolution / batch-norm weights into the Keras model's convolution / batch-norm layers, in
+    order (both are built in the same layer order)."""
     convs = [k[:-len(".weight")] for k, v in state_dict.items() if k.endswith(".weight") and np.ndim(v) == 4]
     bns = [k[:-len(".running_mean")] for k in state_dict if k.endswith(".running_mean")]
-    torch_layers = sorted(convs + bns, key=lambda k: list(state_dict).index(k + ".weight"))
+    keys = list(state_dict)
+    torch_layers = sorted(convs + bns, key=lambda k: keys.index(k + ".weight"))
     keras_layers = [layer for layer in model.layers if layer.weights and layer.__class__.__name__ != "Dense"]
     if len(torch_layers) != len(keras_layers):
         raise ValueError(f"{len(torch_layers)} torch conv/bn layers against {len(keras_layers)} Keras ones")
-    to_np = lambda t: np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t, np.float32)  # noqa: E731
     for name, layer in zip(torch_layers, keras_layers):
         if name in bns:
-            layer.set_weights([to_np(state_dict[name + s]) for s in (".weight", ".bias", ".running_mean", ".running_var")])
-            continue
-        w = to_np(state_dict[name + ".weight"])
-        if layer.__class__.__name__ == "DepthwiseConv2D":
-            layer.set_weights([w.transpose(2, 3, 0, 1)])
+            layer.set_weights([_np(state_dict[name + s]) for s in (".weight", ".bias", ".running_mean", ".running_var")])
+        elif layer.__class__.__name__ == "DepthwiseConv2D":
+            layer.set_weights([_np(state_dict[name + ".weight"]).transpose(2, 3, 0, 1)])
         else:
-            layer.set_weights([w.transpose(2, 3, 1, 0)])
-    dense = model.get_layer("predictions")
-    dense.set_weights([to_np(state_dict["classifier.1.weight"]).T, to_np(state_dict["classifier.1.bias"])])
+            layer.set_weights([_np(state_dict[name + ".weight"]).transpose(2, 3, 1, 0)])
+
+
+def _np(t: Any) -> np.ndarray:
+    return np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t, np.float32)
+
+
+def keras_mobilenet_v2_from_torch(state_dict: Dict[str, Any]) -> Any:
+    """The Keras MobileNetV2 computing torchvision's function with its weights (`state_dict`: torchvision's)."""
+    model = keras_mobilenet_v2_architecture()
+    _copy_conv_bn_weights(model, state_dict)
+    model.get_layer("predictions").set_weights([_np(state_dict["classifier.1.weight"]).T,
+                                                _np(state_dict["classifier.1.bias"])])
+    return model
+
+
+def _conv_bn(x: Any, filters: int, kernel: int = 3, stride: int = 1, relu6: bool = True, depthwise: bool = False) -> Any:
+    """torchvision-style conv (padding (k - 1) / 2 on every side) + batch norm (eps 1e-5) [+ ReLU6]."""
+    L = _keras().layers
+    pad = (kernel - 1) // 2
+    if stride > 1 and pad:  # Keras 'same' would pad bottom / right only
+        x = L.ZeroPadding2D(pad)(x)
+    padding = "valid" if stride > 1 or not pad else "same"
+    conv = (L.DepthwiseConv2D(kernel, stride, padding=padding, use_bias=False) if depthwise
+            else L.Conv2D(filters, kernel, stride, padding=padding, use_bias=False))
+    x = L.BatchNormalization(epsilon=1e-5)(conv(x))
+    return L.ReLU(6.0)(x) if relu6 else x
+
+
+def keras_fashion_model(name: str, state_dict: Dict[str, Any]) -> Any:
+    """The Keras version of a Fashion-MNIST CNN of benchmarks.models (NHWC input, 28 x 28 x 1), with the
+    trained PyTorch weights."""
+    keras = _keras()
+    L = keras.layers
+    x = inp = keras.Input((28, 28, 1))
+    if name == "plain_cnn":
+        for filters in (16, 32, 64):
+            x = L.ReLU()(L.BatchNormalization(epsilon=1e-5)(L.Conv2D(filters, 3, padding="same", use_bias=False)(x)))
+            if filters != 64:
+                x = L.MaxPooling2D(2)(x)
+        x = L.Flatten()(x)
+        model = keras.Model(inp, L.Dense(10)(x), name=name)
+        _copy_conv_bn_weights(model, state_dict)
+        w = _np(state_dict["classifier.weight"])  # (10, C * H * W) flattened channels-first
+        w = w.reshape(10, 64, 7, 7).transpose(2, 3, 1, 0).reshape(7 * 7 * 64, 10)  # rows in NHWC order
+        model.layers[-1].set_weights([w, _np(state_dict["classifier.bias"])])
+        return model
+    if name != "mobile_cnn":
+        raise KeyError(f"unknown Fashion-MNIST model {name!r}")
+    x = _conv_bn(x, 16)
+    for cin, cout, stride, expand in ((16, 16, 1, 1), (16, 24, 2, 4), (24, 24, 1, 4), (24, 32, 2, 4), (32, 32, 1, 4)):
+        y = x if expand == 1 else _conv_bn(x, cin * expand, kernel=1)
+        y = _conv_bn(y, 0, stride=stride, depthwise=True)
+        y = _conv_bn(y, cout, kernel=1, relu6=False)
+        x = L.Add()([x, y]) if stride == 1 and cin == cout else y
+    x = L.GlobalAveragePooling2D()(_conv_bn(x, 128, kernel=1))
+    model = keras.Model(inp, L.Dense(10)(x), name=name)
+    _copy_conv_bn_weights(model, state_dict)
+    model.layers[-1].set_weights([_np(state_dict["classifier.weight"]).T, _np(state_dict["classifier.bias"])])
     return model

@@ -1,0 +1,63 @@
+"""Keras 3: quantize the Fashion-MNIST CNNs and MobileNetV2 as Keras models (their PyTorch weights
+converted, benchmarks/keras_models.py), save, reload and export them, and print float vs quantized
+figures. Runs on the Keras backend of KERAS_BACKEND (torch by default here).
+
+    bash scripts/setup.sh && bash scripts/fetch_assets.sh && .venv/bin/python examples/quantize_keras.py
+"""
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import hwquant as mct  # noqa: E402
+from benchmarks.assets import calibration_and_eval_sets, fashion_mnist, mobilenet_v2_weights_path  # noqa: E402
+from benchmarks.keras_models import keras_fashion_model, keras_mobilenet_v2_from_torch  # noqa: E402
+from benchmarks.models import trained_fashion_model  # noqa: E402
+
+
+def _predict(model, x, batch=256):
+    return np.concatenate([np.asarray(model.predict_on_batch(x[i:i + batch])) for i in range(0, len(x), batch)])
+
+
+def _round_trip(quantized, folder):
+    path = mct.exporter.keras_export_model(quantized, Path(folder) / f"{quantized.name}.keras")
+    return mct.keras_load_quantized_model(path)
+
+
+def main() -> None:
+    train_x, _, test_x, test_y = fashion_mnist()
+    calibration = train_x[:512].permute(0, 2, 3, 1).numpy()
+    test_x, test_y = test_x.permute(0, 2, 3, 1).numpy(), test_y.numpy()
+    gen = lambda: ([calibration[i:i + 64]] for i in range(0, len(calibration), 64))  # noqa: E731
+    with tempfile.TemporaryDirectory() as folder:
+        for name in ("plain_cnn", "mobile_cnn"):
+            model = keras_fashion_model(name, trained_fashion_model(name, verbose=False).state_dict())
+            start = time.perf_counter()
+            quantized, _ = mct.ptq.keras_post_training_quantization(model, gen)
+            seconds = time.perf_counter() - start
+            reloaded = _round_trip(quantized, folder)
+            acc = lambda m: 100 * (_predict(m, test_x).argmax(1) == test_y).mean()  # noqa: E731
+            print(f"Keras ({keras.backend.backend()}) Fashion-MNIST {name:10s}: float {acc(model):.2f} %, "
+                  f"W8A8 {acc(quantized):.2f} % ({seconds:.1f} s), saved and reloaded {acc(reloaded):.2f} %")
+        model = keras_mobilenet_v2_from_torch(torch.load(mobilenet_v2_weights_path(), weights_only=True))
+        calib, evaluation = (t.permute(0, 2, 3, 1).numpy() for t in calibration_and_eval_sets(192, 490)[:2])
+        start = time.perf_counter()
+        quantized, _ = mct.ptq.keras_post_training_quantization(
+            model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)))
+        seconds = time.perf_counter() - start
+        f, q = _predict(model, evaluation, 64), _predict(_round_trip(quantized, folder), evaluation, 64)
+        print(f"Keras ({keras.backend.backend()}) MobileNetV2: top-1 agreement {100 * (f.argmax(1) == q.argmax(1)).mean():.1f} %, "
+              f"SQNR {10 * np.log10((f ** 2).sum() / ((f - q) ** 2).sum()):.1f} dB ({seconds:.1f} s)")
+
+
+if __name__ == "__main__":
+    keras.utils.set_random_seed(0)
+    main()
