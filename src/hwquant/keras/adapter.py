@@ -26,6 +26,9 @@ _DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)
 _TRANSPOSED = (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)
 _KERNEL_LAYERS = (*_CONVS, *_DEPTHWISE, *_TRANSPOSED, L.Dense)
 
+# Samples per statistics pass: the observing model returns every observed activation of them at once.
+STATISTICS_CHUNK = 8
+
 DEFAULT_KERAS_INFO = FrameworkInfo(
     activation_quantizer_mapping={},
     # (output-channel axis, input-channel axis) of each kernel: HWIO convolutions, (kh, kw, in, multiplier)
@@ -113,9 +116,11 @@ class KerasAdapter(KerasCorrectionFacts):
         model = build_model(graph, extra_outputs=names)
         batches = 0
         for batch in data:  # predict_on_batch: inference only (no gradient graph on any backend), numpy out
-            _, values = model.predict_on_batch(batch if len(batch) > 1 else batch[0])
-            for name, value in zip(names, values):
-                statistics[name].update(np.asarray(value, np.float32))
+            for start in range(0, len(batch[0]), STATISTICS_CHUNK):  # every activation of a chunk is held at once
+                chunk = [a[start:start + STATISTICS_CHUNK] for a in batch]
+                _, values = model.predict_on_batch(chunk if len(chunk) > 1 else chunk[0])
+                for name, value in zip(names, values):
+                    statistics[name].update(np.asarray(value, np.float32))
             batches += 1
         return batches
 

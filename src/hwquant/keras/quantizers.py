@@ -62,6 +62,9 @@ class KerasInferableQuantizer:
             shape = [1] * len(x.shape)
             shape[self.channel_axis] = -1
             scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
+        if not np.any(zero_point):  # symmetric / power-of-two grids: two operations fewer
+            scale = ops.convert_to_tensor(scale)
+            return ops.multiply(ops.clip(ops.round(ops.divide(x, scale)), float(g.qmin), float(g.qmax)), scale)
         scale, zero_point = ops.convert_to_tensor(scale), ops.convert_to_tensor(zero_point)
         q = ops.clip(ops.add(ops.round(ops.divide(x, scale)), zero_point), float(g.qmin), float(g.qmax))
         return ops.multiply(ops.subtract(q, zero_point), scale)
