@@ -426,3 +426,11 @@ def test_is_layer_exportable_fn_is_called_on_each_layer_and_can_refuse(quantized
 def test_a_format_given_where_mct_has_is_layer_exportable_fn_is_explained(quantized, tmp_path):
     with pytest.raises(ExportError, match="fourth positional argument is is_layer_exportable_fn"):
         mct.exporter.pytorch_export_model(quantized[PlainCNN], tmp_path / "m.onnx", _gen(PlainCNN), SF.ONNX)
+
+
+def test_exported_files_get_ordinary_permissions(quantized, tmp_path):
+    # written through a temporary file (0600 when made): the file ends with the mode of any new file
+    import os
+    from hwquant.fileio import new_file_mode
+    path = _export(quantized[PlainCNN], tmp_path / "m.onnx", PlainCNN)
+    assert os.stat(path).st_mode & 0o777 == new_file_mode()

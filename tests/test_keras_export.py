@@ -73,3 +73,20 @@ def test_bad_exports_are_refused_before_writing(quantized, tmp_path, kwargs, mat
 def test_a_float_model_is_refused(tmp_path):
     with pytest.raises(ExportError, match="holds no hwquant quantization layers"):
         mct.exporter.keras_export_model(_net(), tmp_path / "f.keras")
+
+
+def test_a_file_saved_on_the_torch_backend_loads_on_any_backend():
+    """tests/data holds a quantized model exported on Keras' torch backend; CI runs this test on torch
+    and again on TensorFlow: the same outputs, bitwise."""
+    from pathlib import Path
+    data = Path(__file__).parent / "data"
+    model = mct.keras_load_quantized_model(data / "quantized_on_torch_backend.keras")
+    expected = np.load(data / "quantized_on_torch_backend.npz")
+    np.testing.assert_array_equal(np.asarray(model.predict_on_batch(expected["x"])), expected["y"])
+
+
+def test_exported_files_get_ordinary_permissions(quantized, tmp_path):
+    import os
+    from hwquant.fileio import new_file_mode
+    path = mct.exporter.keras_export_model(quantized, tmp_path / "q.keras")
+    assert os.stat(path).st_mode & 0o777 == new_file_mode()

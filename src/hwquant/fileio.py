@@ -7,6 +7,23 @@ from pathlib import Path
 from typing import Union
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask sets it, which other threads would see)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+def new_file_mode() -> int:
+    """The mode an ordinary new file gets (0666 less the umask); temporary files start at 0600."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path:
     """Write `data` to a temporary sibling of `path`, then rename it over `path`.
 
@@ -21,6 +38,7 @@ def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -21,7 +21,7 @@ from hwquant.errors import ExportError
 from hwquant.exporter.formats import KerasExportSerializationFormat as KSF
 from hwquant.exporter.formats import QuantizationFormat as QF
 from hwquant.exporter.formats import as_format
-from hwquant.fileio import atomic_write
+from hwquant.fileio import atomic_write, new_file_mode
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 
 SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT,)}
@@ -53,6 +53,7 @@ def _save_keras(model: Any, path: Path) -> None:
     os.close(fd)
     try:
         model.save(tmp)
+        os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
