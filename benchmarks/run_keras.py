@@ -1,0 +1,119 @@
+"""Keras 3 benchmark (issue 17, first part): hwquant's Keras PTQ on the Keras versions of MobileNetV2
+(torchvision's real weights, benchmarks/keras_models.py) and the Fashion-MNIST CNNs, against hwquant's
+PyTorch PTQ of the same weights, on the same calibration and evaluation data.
+
+    KERAS_BACKEND=torch .venv/bin/python benchmarks/run_keras.py      # writes its section of docs/BENCHMARKS.md
+
+MCT 2.6.1's Keras PTQ (TensorFlow 2.15 venv), the TensorFlow backend and TFLite latency come next.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("KERAS_BACKEND", "torch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import hwquant as mct  # noqa: E402
+from benchmarks import report  # noqa: E402
+from benchmarks.keras_models import keras_fashion_model, keras_mobilenet_v2_from_torch  # noqa: E402
+from benchmarks.run_ptq import load_data, load_model, seed_everything  # noqa: E402
+
+TITLE = "Keras (hwquant's Keras 3 back end)"
+
+
+def _nhwc(t: torch.Tensor) -> np.ndarray:
+    return t.permute(0, 2, 3, 1).contiguous().numpy()
+
+
+def _figures(float_logits: np.ndarray, q_logits: np.ndarray, labels) -> dict:
+    out = {"agreement": 100 * float((float_logits.argmax(1) == q_logits.argmax(1)).mean()),
+           "sqnr": 10 * float(np.log10((float_logits ** 2).sum() / ((float_logits - q_logits) ** 2).sum()))}
+    if labels is not None:
+        out["labelled"] = int((q_logits.argmax(1) == labels).sum())
+    return out
+
+
+def _predict_keras(model, x, batch=64):
+    return np.concatenate([np.asarray(model.predict_on_batch(x[i:i + batch])) for i in range(0, len(x), batch)])
+
+
+def _predict_torch(model, x, batch=64):
+    with torch.no_grad():
+        return torch.cat([model(x[i:i + batch]) for i in range(0, len(x), batch)]).numpy()
+
+
+def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
+    data = load_data(name, n_calib, n_eval, seed=0)
+    torch_model = load_model(name)
+    if name == "mobilenet_v2":
+        keras_model = keras_mobilenet_v2_from_torch(torch_model.state_dict())
+        evaluation, labels = data["extra"]["labelled"], data["extra_y"]["labelled"].numpy()
+        eval_x = torch.cat([data["eval"], evaluation])
+    else:
+        keras_model = keras_fashion_model(name, torch_model.state_dict())
+        eval_x, labels = data["eval"], data["eval_y"].numpy()
+    calib = data["calib"]
+    rows = []
+    start = time.perf_counter()
+    q_torch, _ = mct.ptq.pytorch_post_training_quantization(
+        torch_model, lambda: ([calib[i:i + batch]] for i in range(0, len(calib), batch)))
+    t_torch = time.perf_counter() - start
+    f_t, q_t = _predict_torch(torch_model, eval_x), _predict_torch(q_torch, eval_x)
+    calib_k, eval_k = _nhwc(calib), _nhwc(eval_x)
+    start = time.perf_counter()
+    q_keras, _ = mct.ptq.keras_post_training_quantization(
+        keras_model, lambda: ([calib_k[i:i + batch]] for i in range(0, len(calib_k), batch)))
+    t_keras = time.perf_counter() - start
+    f_k, q_k = _predict_keras(keras_model, eval_k), _predict_keras(q_keras, eval_k)
+    n_lab = len(labels)
+    for tool, seconds, f, q in ((f"hwquant Keras ({keras.backend.backend()} backend)", t_keras, f_k, q_k),
+                                ("hwquant PyTorch", t_torch, f_t, q_t)):
+        if name == "mobilenet_v2":
+            fig = _figures(f[:-n_lab], q[:-n_lab], None)
+            fig["labelled"] = f"{int((q[-n_lab:].argmax(1) == labels).sum())}/{n_lab}"
+        else:
+            fig = _figures(f, q, labels)
+            fig["labelled"] = f"{100 * fig['labelled'] / len(labels):.2f} % (float {100 * float((f.argmax(1) == labels).mean()):.2f} %)"
+        rows.append(f"| {name} | {tool} | {seconds:.1f} | {fig['agreement']:.1f}% | {fig['sqnr']:.1f} | {fig['labelled']} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "plain_cnn", "mobile_cnn"])
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    seed_everything(0)
+    keras.utils.set_random_seed(0)
+    rows = []
+    for name in args.models:
+        rows += run(name, n_calib=192, n_eval=490 if name == "mobilenet_v2" else 10000, batch=32)
+    body = (f"`benchmarks/run_keras.py`, {datetime.date.today()}, 2 threads, Keras {keras.__version__}. The Keras "
+            "models carry the PyTorch models' weights (MobileNetV2: keras.applications.MobileNetV2 with torchvision's "
+            "weights, its padding and batch-norm epsilon edited to compute torchvision's function: logits within "
+            "1.5e-5); both tools quantize with the IMX500 1.0 TPC on the same 192 calibration samples (batches of 32). "
+            "MobileNetV2: 490 evaluation crops + 20 labelled images; Fashion-MNIST: the 10,000 test images. "
+            "Time: the quantization call.\n\n"
+            "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
+            + "\n".join(rows) + "\n\nStill to come (issue 17): MCT 2.6.1's Keras PTQ (TensorFlow 2.15), the "
+            "TensorFlow backend, TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
+            "torch-backend depthwise convolution and the keras.ops quantizers dominate MobileNetV2's).")
+    print(body)
+    if not args.no_write:
+        report.replace_section(TITLE, body)
+        print("wrote docs/BENCHMARKS.md")
+
+
+if __name__ == "__main__":
+    main()
