@@ -12,4 +12,5 @@ if ! "$VENV/bin/python" -c "import tensorflow, keras, hwquant, pytest, ai_edge_l
     "$VENV/bin/python" -m pip install --quiet "tensorflow-cpu>=2.19" "ai-edge-litert>=2.3" -e ".[keras]" pytest
 fi
 KERAS_BACKEND=tensorflow TF_CPP_MIN_LOG_LEVEL=2 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/test_keras_capture.py tests/test_keras_attach.py tests/test_keras_ptq.py tests/test_keras_export.py
+    tests/test_keras_capture.py tests/test_keras_attach.py tests/test_keras_ptq.py tests/test_keras_export.py \
+    tests/test_keras_quantizers.py

@@ -1,0 +1,29 @@
+"""Keras inferable quantizers compute hwquant's grid exactly (core/quant_math), ties included, on the
+fused torch path and the keras.ops path alike."""
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+
+from hwquant.core import quant_math  # noqa: E402
+from hwquant.keras.quantizers import make_quantizer  # noqa: E402
+from hwquant.tpc.enums import QuantizationMethod as M  # noqa: E402
+
+
+@pytest.mark.parametrize("method, bits, params, axis", [
+    (M.POWER_OF_TWO, 8, {"threshold": 4.0, "is_signed": True}, None),
+    (M.POWER_OF_TWO, 8, {"threshold": 2.0, "is_signed": False}, None),
+    (M.POWER_OF_TWO, 16, {"threshold": 8.0, "is_signed": True}, None),
+    (M.SYMMETRIC, 8, {"threshold": 3.0, "is_signed": True}, None),
+    (M.UNIFORM, 8, {"range_min": -1.3, "range_max": 2.2}, None),
+    (M.SYMMETRIC, 4, {"threshold": np.array([1.0, 2.0, 0.5, 3.0, 0.25])}, 3),
+])
+def test_fake_quantization_is_quant_maths(method, bits, params, axis):
+    q = make_quantizer(method, bits, params, channel_axis=axis, target="weights" if axis is not None else "activation")
+    rng = np.random.default_rng(0)
+    x = (rng.normal(size=(4, 9, 7, 5)) * 3).astype("float32")
+    if axis is None:  # exact ties between grid points
+        x.reshape(-1)[:64] = (np.arange(64) - 32).astype("float32") * float(np.asarray(q.grid.scale)) / 2
+    expected = quant_math.fake_quantize(x, q.grid)
+    got = np.asarray(keras.ops.convert_to_numpy(q(keras.ops.convert_to_tensor(x))))
+    np.testing.assert_array_equal(got, expected)
