@@ -51,6 +51,23 @@ def _predict_torch(model, x, batch=64):
         return torch.cat([model(x[i:i + batch]) for i in range(0, len(x), batch)]).numpy()
 
 
+MCT_KERAS_PY = Path(__file__).resolve().parents[1] / ".venv-mct-keras" / "bin" / "python"
+
+
+def run_mct_keras(keras_model, calib: np.ndarray, evaluation: np.ndarray):
+    """MCT 2.6.1's Keras PTQ in its own venv (benchmarks/peer_mct_keras.py): (seconds, float, quantized logits)."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        weights = {f"w:{layer.name}:{k}": w for layer in keras_model.layers for k, w in enumerate(layer.get_weights())}
+        np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights)
+        subprocess.run([str(MCT_KERAS_PY), str(Path(__file__).with_name("peer_mct_keras.py")), "--data",
+                        str(Path(folder) / "in.npz"), "--out", str(Path(folder) / "out.npz")], check=True,
+                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+        out = np.load(Path(folder) / "out.npz")
+        return float(out["seconds"]), out["float_logits"], out["quantized_logits"]
+
+
 def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
     data = load_data(name, n_calib, n_eval, seed=0)
     torch_model = load_model(name)
@@ -75,8 +92,16 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
     t_keras = time.perf_counter() - start
     f_k, q_k = _predict_keras(keras_model, eval_k), _predict_keras(q_keras, eval_k)
     n_lab = len(labels)
-    for tool, seconds, f, q in ((f"hwquant Keras ({keras.backend.backend()} backend)", t_keras, f_k, q_k),
-                                ("hwquant PyTorch", t_torch, f_t, q_t)):
+    results = [(f"hwquant Keras ({keras.backend.backend()} backend)", t_keras, f_k, q_k),
+               ("hwquant PyTorch", t_torch, f_t, q_t)]
+    if name == "mobilenet_v2" and MCT_KERAS_PY.exists():
+        t_mct, f_m, q_m = run_mct_keras(keras_model, calib_k, eval_k)
+        gap = float(np.abs(f_m - f_k).max())
+        if gap > 1e-3:  # the peer's float model must compute the same function as ours
+            raise RuntimeError(f"MCT's tf.keras MobileNetV2 differs from the Keras 3 one: logits differ by {gap}")
+        print(f"MCT's float tf.keras MobileNetV2 against hwquant's Keras 3 one: logits within {gap:.1e}")
+        results.append(("MCT 2.6.1 Keras (TF 2.15)", t_mct, f_m, q_m))
+    for tool, seconds, f, q in results:
         if name == "mobilenet_v2":
             fig = _figures(f[:-n_lab], q[:-n_lab], None)
             fig["labelled"] = f"{int((q[-n_lab:].argmax(1) == labels).sum())}/{n_lab}"
@@ -106,8 +131,9 @@ def main(argv=None) -> None:
             "MobileNetV2: 490 evaluation crops + 20 labelled images; Fashion-MNIST: the 10,000 test images. "
             "Time: the quantization call.\n\n"
             "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
-            + "\n".join(rows) + "\n\nStill to come (issue 17): MCT 2.6.1's Keras PTQ (TensorFlow 2.15), the "
-            "TensorFlow backend, TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
+            + "\n".join(rows) + "\n\nMCT 2.6.1's Keras PTQ runs in its own venv (TensorFlow 2.15, Keras 2; "
+            "`.venv-mct-keras`, benchmarks/peer_mct_keras.py) on the same weights, edited the same way, and data. "
+            "Still to come (issue 17): the TensorFlow backend, TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
             "torch-backend depthwise convolution and the keras.ops quantizers dominate MobileNetV2's).")
     print(body)
     if not args.no_write:

@@ -25,3 +25,13 @@ if ! "$VPY" -c "import onnx, onnxscript" 2>/dev/null; then
     "$VPY" -m pip install --quiet onnx onnxscript
 fi
 echo "peer environment ready: $VENV"
+
+# MCT 2.6.1's Keras path needs TensorFlow <= 2.15 (Keras 2): its own venv, for benchmarks/run_keras.py.
+KVENV=.venv-mct-keras
+if [ ! -x "$KVENV/bin/python" ]; then
+    python3 -m venv "$KVENV"
+fi
+if ! "$KVENV/bin/python" -c "import importlib.metadata as m; assert m.version('model-compression-toolkit') == '2.6.1'; import tensorflow" 2>/dev/null; then
+    "$KVENV/bin/python" -m pip install --quiet "tensorflow-cpu==2.15.1" "model-compression-toolkit==2.6.1"
+fi
+echo "Keras peer environment ready: $KVENV"
