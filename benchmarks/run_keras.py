@@ -51,18 +51,20 @@ def _predict_torch(model, x, batch=64):
         return torch.cat([model(x[i:i + batch]) for i in range(0, len(x), batch)]).numpy()
 
 
-MCT_KERAS_PY = Path(__file__).resolve().parents[1] / ".venv-mct-keras" / "bin" / "python"
+ROOT = Path(__file__).resolve().parents[1]
+MCT_KERAS_PY = ROOT / ".venv-mct-keras" / "bin" / "python"   # benchmarks/setup_peers.sh
+TF_PY = ROOT / ".venv-tf" / "bin" / "python"                   # scripts/test_keras_tensorflow.sh
 
 
-def run_mct_keras(keras_model, calib: np.ndarray, evaluation: np.ndarray):
-    """MCT 2.6.1's Keras PTQ in its own venv (benchmarks/peer_mct_keras.py): (seconds, float, quantized logits)."""
+def run_in_venv(python: Path, script: str, keras_model, calib: np.ndarray, evaluation: np.ndarray):
+    """A MobileNetV2 quantization run in another venv (TensorFlow): (seconds, float, quantized logits)."""
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory() as folder:
         weights = {f"w:{layer.name}:{k}": w for layer in keras_model.layers for k, w in enumerate(layer.get_weights())}
         np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights)
-        subprocess.run([str(MCT_KERAS_PY), str(Path(__file__).with_name("peer_mct_keras.py")), "--data",
-                        str(Path(folder) / "in.npz"), "--out", str(Path(folder) / "out.npz")], check=True,
+        subprocess.run([str(python), str(Path(__file__).with_name(script)), "--data", str(Path(folder) / "in.npz"),
+                        "--out", str(Path(folder) / "out.npz")], check=True,
                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
         out = np.load(Path(folder) / "out.npz")
         return float(out["seconds"]), out["float_logits"], out["quantized_logits"]
@@ -94,13 +96,18 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
     n_lab = len(labels)
     results = [(f"hwquant Keras ({keras.backend.backend()} backend)", t_keras, f_k, q_k),
                ("hwquant PyTorch", t_torch, f_t, q_t)]
-    if name == "mobilenet_v2" and MCT_KERAS_PY.exists():
-        t_mct, f_m, q_m = run_mct_keras(keras_model, calib_k, eval_k)
-        gap = float(np.abs(f_m - f_k).max())
-        if gap > 1e-3:  # the peer's float model must compute the same function as ours
-            raise RuntimeError(f"MCT's tf.keras MobileNetV2 differs from the Keras 3 one: logits differ by {gap}")
-        print(f"MCT's float tf.keras MobileNetV2 against hwquant's Keras 3 one: logits within {gap:.1e}")
-        results.append(("MCT 2.6.1 Keras (TF 2.15)", t_mct, f_m, q_m))
+    runs = [("hwquant Keras (tensorflow backend)", TF_PY, "hwquant_keras_tf.py"),
+            ("MCT 2.6.1 Keras (TF 2.15)", MCT_KERAS_PY, "peer_mct_keras.py")]
+    for tool, python, script in runs if name == "mobilenet_v2" else ():
+        if not python.exists():
+            print(f"{tool}: {python} missing, skipped")
+            continue
+        seconds, f_o, q_o = run_in_venv(python, script, keras_model, calib_k, eval_k)
+        gap = float(np.abs(f_o - f_k).max())
+        if gap > 1e-3:  # the other run's float model must compute the same function as ours
+            raise RuntimeError(f"{tool}: its float MobileNetV2 differs from ours: logits differ by {gap}")
+        print(f"{tool}: float logits within {gap:.1e} of the Keras 3 model's here")
+        results.append((tool, seconds, f_o, q_o))
     for tool, seconds, f, q in results:
         if name == "mobilenet_v2":
             fig = _figures(f[:-n_lab], q[:-n_lab], None)
@@ -133,7 +140,8 @@ def main(argv=None) -> None:
             "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
             + "\n".join(rows) + "\n\nMCT 2.6.1's Keras PTQ runs in its own venv (TensorFlow 2.15, Keras 2; "
             "`.venv-mct-keras`, benchmarks/peer_mct_keras.py) on the same weights, edited the same way, and data. "
-            "Still to come (issue 17): the TensorFlow backend, TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
+            "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/test_keras_tensorflow.sh). Still to come "
+            "(issue 17): TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
             "torch-backend depthwise convolution and the keras.ops quantizers dominate MobileNetV2's).")
     print(body)
     if not args.no_write:
