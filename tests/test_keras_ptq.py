@@ -136,3 +136,19 @@ def test_graph_corrections_run_on_keras_models():
     assert state.report["shift_negative"] == 1
     assert {"sw_shift", "c2_pad"} <= {n.name for n in state.graph}
     assert sqnr[True] > 25 and sqnr[True] >= sqnr[False] - 0.5
+
+
+def test_bad_inputs_are_refused_clearly():
+    from hwquant.core.representative_data import RepresentativeDataError
+    from hwquant.keras.capture import CaptureError
+    data = _batches()
+    with pytest.raises(CaptureError, match="expected a keras.Model"):
+        mct.ptq.keras_post_training_quantization(object(), lambda: iter([[data[0]]]))
+    with pytest.raises(RepresentativeDataError, match="yielded no batches"):
+        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([]))
+    with pytest.raises(RepresentativeDataError, match="NaN or inf"):
+        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[np.full((2, 16, 16, 3), np.nan, "float32")]]))
+    with pytest.raises(CaptureError, match="takes 1 input"):
+        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[data[0], data[1]]]))
+    with pytest.raises(ValueError, match="core_config must be a CoreConfig"):
+        mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[data[0]]]), core_config="fast")
