@@ -76,13 +76,16 @@ def test_a_float_model_is_refused(tmp_path):
 
 
 def test_a_file_saved_on_the_torch_backend_loads_on_any_backend():
-    """tests/data holds a quantized model exported on Keras' torch backend; CI runs this test on torch
-    and again on TensorFlow: the same outputs, bitwise."""
+    """tests/data holds a quantized model exported on Keras' torch backend (CPU); CI runs this test on torch
+    and again on TensorFlow: the same outputs (bitwise on CPU; a GPU's convolutions may flip a rounding:
+    at most one output step)."""
     from pathlib import Path
     data = Path(__file__).parent / "data"
     model = mct.keras_load_quantized_model(data / "quantized_on_torch_backend.keras")
     expected = np.load(data / "quantized_on_torch_backend.npz")
-    np.testing.assert_array_equal(np.asarray(model.predict_on_batch(expected["x"])), expected["y"])
+    got = np.asarray(model.predict_on_batch(expected["x"]))
+    step = float(model.get_layer("fc_activation_holder_quantizer").activation_holder_quantizer.grid.scale)
+    assert np.abs(got - expected["y"]).max() <= step * 1.0001 and (got == expected["y"]).mean() >= 0.95
 
 
 def test_exported_files_get_ordinary_permissions(quantized, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Sequence
 
+import keras
 import numpy as np
 
 from hwquant.core.graph import Graph, Node, NodeKind
@@ -37,7 +38,7 @@ class _QuantizationBlocks:
     def weights(self, node: Node) -> Dict[Any, Any]:
         out = dict(node.weights)
         for attr, q in weight_quantizers(node).items():
-            out[attr] = np.asarray(q(np.asarray(node.weights[attr], np.float32)), np.float32)
+            out[attr] = np.asarray(keras.ops.convert_to_numpy(q(np.asarray(node.weights[attr], np.float32))), np.float32)
         return out
 
     def after(self, node: Node, tensor: Any) -> Any:
