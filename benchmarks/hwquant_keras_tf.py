@@ -8,7 +8,6 @@
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 os.environ["KERAS_BACKEND"] = "tensorflow"
@@ -25,22 +24,13 @@ def main():
     import tensorflow as tf
 
     import hwquant as mct
-    from benchmarks.keras_models import keras_mobilenet_v2_architecture
+    from benchmarks.keras_models import keras_mobilenet_v2_architecture, quantize_and_save, set_weights_by_name
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
     data = np.load(args.data)
     model = keras_mobilenet_v2_architecture()
-    for layer in model.layers:
-        keys = sorted((k for k in data.files if k.startswith(f"w:{layer.name}:")), key=lambda k: int(k.rsplit(":", 1)[1]))
-        if keys:
-            layer.set_weights([data[k] for k in keys])
-    calib, evaluation = data["calib"], data["eval"]
-    start = time.perf_counter()
-    quantized, _ = mct.ptq.keras_post_training_quantization(
-        model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)))
-    seconds = time.perf_counter() - start
-    predict = lambda m: np.concatenate([m.predict_on_batch(evaluation[i:i + 64]) for i in range(0, len(evaluation), 64)])  # noqa: E731
-    np.savez(args.out, float_logits=predict(model), quantized_logits=predict(quantized), seconds=seconds)
+    set_weights_by_name(model, data)
+    quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(m, gen)[0], data, args.out)
 
 
 if __name__ == "__main__":

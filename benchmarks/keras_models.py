@@ -14,7 +14,8 @@ Linear (out, in) -> Dense (in, out). Inputs are NHWC.
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List
+import time
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 
@@ -24,9 +25,10 @@ def _keras():
     return keras
 
 
-def keras_mobilenet_v2_architecture() -> Any:
-    """keras.applications.MobileNetV2 (no weights) with torchvision's padding and batch-norm epsilon."""
-    keras = _keras()
+def torchvision_mobilenet_v2_config(keras: Any, point_inbound_to: Callable[[Dict[str, Any], str], None]) -> Dict[str, Any]:
+    """The config of `keras.applications.MobileNetV2` (no weights; Keras 3, or Keras 2 for MCT's Keras
+    peer) edited for torchvision's padding and batch-norm epsilon. `point_inbound_to(layer, source)`
+    rewires a layer's input in that Keras version's config format."""
     base = keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3), classes=1000,
                                           classifier_activation=None)
     config = copy.deepcopy(base.get_config())
@@ -45,8 +47,14 @@ def keras_mobilenet_v2_architecture() -> Any:
            "registered_name": None, "build_config": {"input_shape": [None, 224, 224, 3]},
            "inbound_nodes": copy.deepcopy(stem_layer["inbound_nodes"])}
     layers.insert(stem, pad)
-    _point_inbound_to(stem_layer, "Conv1_pad")
-    return keras.Model.from_config(config)
+    point_inbound_to(stem_layer, "Conv1_pad")
+    return config
+
+
+def keras_mobilenet_v2_architecture() -> Any:
+    """keras.applications.MobileNetV2 (no weights) with torchvision's padding and batch-norm epsilon."""
+    keras = _keras()
+    return keras.Model.from_config(torchvision_mobilenet_v2_config(keras, _point_inbound_to))
 
 
 def _point_inbound_to(layer: Dict[str, Any], source: str) -> None:
@@ -132,3 +140,28 @@ def keras_fashion_model(name: str, state_dict: Dict[str, Any]) -> Any:
     _copy_conv_bn_weights(model, state_dict)
     model.layers[-1].set_weights([_np(state_dict["classifier.weight"]).T, _np(state_dict["classifier.bias"])])
     return model
+
+
+# ---- runs in other venvs (TensorFlow): weights travel by layer name in an .npz -----------------------
+def weights_by_name(model: Any) -> Dict[str, np.ndarray]:
+    """Every layer's weights as `w:<layer>:<k>` arrays (read back by set_weights_by_name)."""
+    return {f"w:{layer.name}:{k}": w for layer in model.layers for k, w in enumerate(layer.get_weights())}
+
+
+def set_weights_by_name(model: Any, arrays: Any) -> None:
+    for layer in model.layers:
+        keys = sorted((k for k in arrays.files if k.startswith(f"w:{layer.name}:")), key=lambda k: int(k.rsplit(":", 1)[1]))
+        if keys:
+            layer.set_weights([arrays[k] for k in keys])
+
+
+def quantize_and_save(model: Any, quantize: Callable[[Any, Callable[[], Any]], Any], arrays: Any, out: str) -> None:
+    """Time `quantize(model, representative_data_gen)` on the calibration images of `arrays` (batches of
+    32) and save the float and quantized logits on its evaluation images, and the seconds, to `out`."""
+    calib, evaluation = arrays["calib"], arrays["eval"]
+    start = time.perf_counter()
+    quantized = quantize(model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)))
+    seconds = time.perf_counter() - start
+    predict = lambda m: np.concatenate([m.predict_on_batch(evaluation[i:i + 64])  # noqa: E731
+                                        for i in range(0, len(evaluation), 64)])
+    np.savez(out, float_logits=predict(model), quantized_logits=predict(quantized), seconds=seconds)

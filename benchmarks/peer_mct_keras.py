@@ -9,31 +9,19 @@ MobileNetV2's config is edited as benchmarks/keras_models.py edits the Keras 3 o
 padding, batch-norm epsilon 1e-5), in Keras 2's config format.
 """
 import argparse
-import copy
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.keras_models import (quantize_and_save, set_weights_by_name,  # noqa: E402
+                                     torchvision_mobilenet_v2_config)
 
-def mobilenet_v2(tf):
-    base = tf.keras.applications.MobileNetV2(weights=None, input_shape=(224, 224, 3), classes=1000,
-                                             classifier_activation=None)
-    config = copy.deepcopy(base.get_config())
-    layers = config["layers"]
-    for layer in layers:
-        if layer["class_name"] == "BatchNormalization":
-            layer["config"]["epsilon"] = 1e-5
-        if layer["class_name"] == "ZeroPadding2D":
-            layer["config"]["padding"] = ((1, 1), (1, 1))
-    stem = next(i for i, layer in enumerate(layers) if layer["name"] == "Conv1")
-    layers[stem]["config"]["padding"] = "valid"
-    pad = {"class_name": "ZeroPadding2D", "name": "Conv1_pad",
-           "config": {"name": "Conv1_pad", "trainable": True, "dtype": "float32", "padding": ((1, 1), (1, 1)),
-                      "data_format": "channels_last"},
-           "inbound_nodes": copy.deepcopy(layers[stem]["inbound_nodes"])}
-    layers.insert(stem, pad)
-    layers[stem + 1]["inbound_nodes"] = [[["Conv1_pad", 0, 0, {}]]]
-    return tf.keras.Model.from_config(config)
+
+def _point_inbound_to(layer, source):
+    """Keras 2's config format of a layer's single inbound tensor."""
+    layer["inbound_nodes"] = [[[source, 0, 0, {}]]]
 
 
 def main():
@@ -46,19 +34,11 @@ def main():
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
     data = np.load(args.data)
-    model = mobilenet_v2(tf)
-    for layer in model.layers:
-        keys = sorted((k for k in data.files if k.startswith(f"w:{layer.name}:")), key=lambda k: int(k.rsplit(":", 1)[1]))
-        if keys:
-            layer.set_weights([data[k] for k in keys])
-    calib, evaluation = data["calib"], data["eval"]
-    gen = lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32))  # noqa: E731
-    start = time.perf_counter()
-    quantized, _ = mct.ptq.keras_post_training_quantization(
-        model, gen, target_platform_capabilities=mct.get_target_platform_capabilities("1.0", "imx500"))
-    seconds = time.perf_counter() - start
-    predict = lambda m: np.concatenate([m.predict_on_batch(evaluation[i:i + 64]) for i in range(0, len(evaluation), 64)])  # noqa: E731
-    np.savez(args.out, float_logits=predict(model), quantized_logits=predict(quantized), seconds=seconds)
+    model = tf.keras.Model.from_config(torchvision_mobilenet_v2_config(tf.keras, _point_inbound_to))
+    set_weights_by_name(model, data)
+    tpc = mct.get_target_platform_capabilities("1.0", "imx500")
+    quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(
+        m, gen, target_platform_capabilities=tpc)[0], data, args.out)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 import hwquant as mct  # noqa: E402
 from benchmarks import report  # noqa: E402
-from benchmarks.keras_models import keras_fashion_model, keras_mobilenet_v2_from_torch  # noqa: E402
+from benchmarks.keras_models import keras_fashion_model, keras_mobilenet_v2_from_torch, weights_by_name  # noqa: E402
 from benchmarks.run_ptq import load_data, load_model, seed_everything  # noqa: E402
 
 TITLE = "Keras (hwquant's Keras 3 back end)"
@@ -61,8 +61,7 @@ def run_in_venv(python: Path, script: str, keras_model, calib: np.ndarray, evalu
     import subprocess
     import tempfile
     with tempfile.TemporaryDirectory() as folder:
-        weights = {f"w:{layer.name}:{k}": w for layer in keras_model.layers for k, w in enumerate(layer.get_weights())}
-        np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights)
+        np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights_by_name(keras_model))
         subprocess.run([str(python), str(Path(__file__).with_name(script)), "--data", str(Path(folder) / "in.npz"),
                         "--out", str(Path(folder) / "out.npz")], check=True,
                        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})

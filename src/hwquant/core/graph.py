@@ -14,7 +14,7 @@ topological order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Container, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -158,10 +158,7 @@ class Graph:
         return new
 
     def unique_name(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._nodes:
-            name, i = f"{base}_{i}", i + 1
-        return name
+        return unique_name(base, self._nodes)
 
     # ---- checks --------------------------------------------------------------------------------
     def _resolve(self, node: Union[Node, str]) -> Node:
@@ -191,6 +188,14 @@ def _flatten(structure: Any) -> Iterator[str]:
     elif isinstance(structure, (list, tuple)):
         for v in structure:
             yield from _flatten(v)
+
+
+def unique_name(base: str, taken: Container[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ... : the first not in `taken`."""
+    name, i = base, 1
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    return name
 
 
 def map_structure(structure: Any, fn: Callable[[str], Any]) -> Any:

@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from hwquant.core.graph import unique_name
+
 
 class GraphEditor:
     def __init__(self, model: onnx.ModelProto):
@@ -49,9 +51,7 @@ class GraphEditor:
 
     # ---- edits ------------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
+        name = unique_name(base, self._names)
         self._names.add(name)
         return name
 

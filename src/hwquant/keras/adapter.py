@@ -19,12 +19,8 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.keras.attach import attach_tpc
 from hwquant.keras.builder import build_model
-from hwquant.keras.correction_facts import KerasCorrectionFacts
+from hwquant.keras.correction_facts import _CONVS, _DEPTHWISE, _TRANSPOSED, KERNEL_LAYERS, KerasCorrectionFacts
 
-_CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
-_DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)
-_TRANSPOSED = (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)
-_KERNEL_LAYERS = (*_CONVS, *_DEPTHWISE, *_TRANSPOSED, L.Dense)
 
 # Samples per statistics pass: the observing model returns every observed activation of them at once.
 STATISTICS_CHUNK = 8
@@ -38,13 +34,13 @@ DEFAULT_KERAS_INFO = FrameworkInfo(
     activation_min_max_mapping={"relu": (0, None), "relu6": (0, 6), "sigmoid": (0, 1), "softmax": (0, 1),
                                 "tanh": (-1, 1), "hard_sigmoid": (0, 1)},
     layer_min_max_mapping={L.Softmax: (0, 1)},
-    kernel_ops_attributes_mapping=DefaultDict({c: ["kernel"] for c in _KERNEL_LAYERS}, [None]),
+    kernel_ops_attributes_mapping=DefaultDict({c: ["kernel"] for c in KERNEL_LAYERS}, [None]),
     out_channel_axis_mapping=DefaultDict({}, -1),
 )
 
 
 def _kernel_name(layer_type: Any) -> Optional[str]:
-    return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, _KERNEL_LAYERS) else None
+    return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, KERNEL_LAYERS) else None
 
 
 class KerasAdapter(KerasCorrectionFacts):

@@ -19,10 +19,10 @@ class Blocks(Protocol):
     def after(self, node: Node, tensor: Any) -> Any: ...
 
 
-def new_layer(node: Node, name: Optional[str] = None) -> Any:
+def new_layer(node: Node) -> Any:
     """A fresh layer of the node's class and configuration (weights set once it is built)."""
     config = dict(node.framework_attr)
-    config["name"] = name or node.name
+    config["name"] = node.name
     if "use_bias" in config:  # a folded batch norm gives a kernel layer a bias it may not have had
         config["use_bias"] = "bias" in node.weights
     return node.type.from_config(config)

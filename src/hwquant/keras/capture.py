@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from hwquant.core.graph import Graph, InputRef, Node, NodeKind
+from hwquant.core.graph import Graph, InputRef, Node, NodeKind, unique_name
 from hwquant.errors import HwquantError
 
 FUSED_ACTIVATION = "activation"  # config key of a layer's built-in activation
@@ -86,9 +86,7 @@ class _Builder:
         self.taken: set = set()
 
     def unique(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}_{k}", k + 1
+        name = unique_name(base, self.taken)
         self.taken.add(name)
         return name
 

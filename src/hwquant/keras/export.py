@@ -37,14 +37,12 @@ def is_keras_layer_exportable(layer: Any) -> bool:
 
 
 def _without_wrappers(model: Any) -> Any:
-    def clone(layer):
-        inner = layer.layer if isinstance(layer, KerasQuantizationWrapper) else layer
-        copy = inner.__class__.from_config(inner.get_config())
-        return copy
-    flat = keras.models.clone_model(model, clone_function=clone)
+    def inner(layer):
+        return layer.layer if isinstance(layer, KerasQuantizationWrapper) else layer
+    flat = keras.models.clone_model(model, clone_function=lambda layer: inner(layer).__class__.from_config(
+        inner(layer).get_config()))
     for src, dst in zip(model.layers, flat.layers):
-        inner = src.layer if isinstance(src, KerasQuantizationWrapper) else src
-        dst.set_weights(inner.get_weights())
+        dst.set_weights(inner(src).get_weights())
     return flat
 
 

@@ -31,13 +31,16 @@ def weight_quantizers(node: Node) -> Dict[str, KerasInferableQuantizer]:
 
 
 class _QuantizationBlocks:
+    def __init__(self):
+        self._weight_quantizers: Dict[str, Dict[str, KerasInferableQuantizer]] = {}  # by node, made in wrap()
+
     def wrap(self, node: Node, layer: Any) -> Any:
-        quantizers = weight_quantizers(node)
+        quantizers = self._weight_quantizers[node.name] = weight_quantizers(node)
         return KerasQuantizationWrapper(layer, quantizers, name=f"quant_{node.name}") if quantizers else layer
 
     def weights(self, node: Node) -> Dict[Any, Any]:
         out = dict(node.weights)
-        for attr, q in weight_quantizers(node).items():
+        for attr, q in self._weight_quantizers[node.name].items():
             out[attr] = np.asarray(keras.ops.convert_to_numpy(q(np.asarray(node.weights[attr], np.float32))), np.float32)
         return out
 

@@ -123,7 +123,8 @@ def search(model: ResourceModel, sensitivity: Sequence[Sequence[float]], targets
         if x is None:
             return None
         choice = prog.choice(x)
-        over = {t: model.value(t, choice) - limit for t, limit in targets.items() if model.value(t, choice) > limit}
+        figures = {t: model.value(t, choice) for t in targets}
+        over = {t: figures[t] - limit for t, limit in targets.items() if figures[t] > limit}
         if not over:
             return choice
         for t, excess in over.items():  # within the solver's tolerance, over the target: ask for that much less
