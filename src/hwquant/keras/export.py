@@ -6,7 +6,8 @@
                           layers holding the quantized weights); the activation holders stay
     TFLITE + FAKELY_QUANT the model converted by TensorFlow's converter (Keras' TensorFlow backend):
                           float operations computing the fake quantization
-TFLITE + INT8 (a fully integer graph) is not written yet. Files are written whole or not at all.
+    TFLITE + INT8         a fully integer graph at batch 1 with hwquant's scales (tflite_int8.py)
+Files are written whole or not at all.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from hwquant.exporter.formats import as_format
 from hwquant.fileio import atomic_write, new_file_mode
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 
-SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT,)}
+SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT, QF.INT8)}
 
 
 def is_keras_layer_exportable(layer: Any) -> bool:
@@ -66,7 +67,7 @@ def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn:
     if quantization not in SUPPORTED[serialization]:
         raise ExportError(f"{serialization.name} export does not support quantization_format={quantization.name}; "
                           f"use {' or '.join(q.name for q in SUPPORTED[serialization])}"
-                          + (" (a fully integer TFLite file is not written yet)" if quantization == QF.INT8 else ""))
+                          + (" (or serialization_format=TFLITE for a fully integer file)" if quantization == QF.INT8 else ""))
     if not isinstance(model, keras.Model):
         raise ExportError(f"model must be a keras.Model quantized by hwquant, got {type(model).__name__}")
     if not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder)) for layer in model.layers):
@@ -90,6 +91,11 @@ def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn:
         raise ExportError(f"TFLite export needs Keras' TensorFlow backend (this process runs '{keras.backend.backend()}'): "
                           "set KERAS_BACKEND=tensorflow before importing keras, load the model with "
                           "mct.keras_load_quantized_model, and export it there")
+    if quantization == QF.INT8:
+        from hwquant.keras.tflite_int8 import int8_tflite
+
+        atomic_write(path, int8_tflite(model))
+        return path
     import tensorflow as tf
 
     try:

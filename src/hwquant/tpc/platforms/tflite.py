@@ -2,10 +2,13 @@
 per-tensor fully-connected kernels, fixed output quantization of softmax-like ops, and
 quantization-preserving data-movement ops.
 
-Two departures from MCT's TFLite TPC, both to follow TFLite's int8 specification: every activation
-is uniform (MCT's gives ops without a kernel power-of-two thresholds, which TFLite does not have),
-and a kernel op fuses the ReLU / ELU after it (TFLite kernels carry a fused activation; a PyTorch
-conv holds its bias, so MCT's Conv + AddBias + ReLU pattern never matches there)."""
+Three departures from MCT's TFLite TPC, to follow TFLite's int8 specification: every activation is
+uniform (MCT's gives ops without a kernel power-of-two thresholds, which TFLite does not have),
+and a kernel op fuses the ReLU / ReLU6 / ELU after it (TFLite kernels carry a fused activation, so a
+kernel's output is never quantized before its ReLU6 there; a PyTorch conv holds its bias, so MCT's
+Conv + AddBias + ReLU pattern never matches there), and depthwise and transposed convolutions
+(Keras' DepthwiseConv2D, Conv2DTranspose; PyTorch's are Conv) get the convolution's per-channel
+kernels, as TFLite's DEPTHWISE_CONV_2D / TRANSPOSE_CONV take them; MCT's TPC leaves them float."""
 from __future__ import annotations
 
 from hwquant.constants import BIAS_ATTR, FLOAT_BITWIDTH, KERNEL_ATTR, TFLITE_TPC
@@ -39,20 +42,21 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
         + sets([N.SOFTMAX.value], fixed(1 / 256, -128))
         + sets([N.FULLY_CONNECTED.value], options([linear.clone_and_edit(
             attr_to_edit={KERNEL_ATTR: {"weights_per_channel_threshold": False}})]))
-        + sets([N.CONV.value], options([linear]))
+        + sets([N.CONV.value, N.DEPTHWISE_CONV.value, N.CONV_TRANSPOSE.value], options([linear]))
         + sets([N.RELU.value, N.RELU6.value], None)
         + sets([N.TANH.value], fixed(1 / 256, -128))
         + sets([N.SIGMOID.value], options([default]))
         + sets([n.value for n in (N.BATCH_NORM, N.ADD, N.ADD_BIAS, N.ELU)], None)
         + sets([N.SQUEEZE.value], preserving))
     by_name = {s.name: s for s in operator_set}
-    kernel, act = [N.CONV.value, N.FULLY_CONNECTED.value], [N.RELU.value, N.ELU.value]
+    convs = [N.CONV.value, N.DEPTHWISE_CONV.value, N.CONV_TRANSPOSE.value]
+    kernel, act = convs + [N.FULLY_CONNECTED.value], [N.RELU.value, N.RELU6.value, N.ELU.value]
     patterns = (
         fusing(kernel, act, by_name=by_name),
         fusing(kernel, [N.ADD_BIAS.value], by_name=by_name),
         fusing(kernel, [N.ADD_BIAS.value], act, by_name=by_name),
-        fusing([N.CONV.value], [N.BATCH_NORM.value], act, by_name=by_name),
-        fusing([N.CONV.value], [N.SQUEEZE.value], act, by_name=by_name),
+        fusing(convs, [N.BATCH_NORM.value], act, by_name=by_name),
+        fusing(convs, [N.SQUEEZE.value], act, by_name=by_name),
         fusing([N.BATCH_NORM.value], act, by_name=by_name),
         fusing([N.BATCH_NORM.value], [N.ADD.value], act, by_name=by_name),
     )
