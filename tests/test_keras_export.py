@@ -6,7 +6,8 @@ keras = pytest.importorskip("keras")
 
 import hwquant as mct  # noqa: E402
 from hwquant.errors import ExportError  # noqa: E402
-from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper  # noqa: E402
+from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper, make_quantizer  # noqa: E402
+from hwquant.tpc.enums import QuantizationMethod as M  # noqa: E402
 from test_keras_ptq import _batches, _net  # noqa: E402
 
 KSF, QF = mct.exporter.KerasExportSerializationFormat, mct.exporter.QuantizationFormat
@@ -57,9 +58,72 @@ def test_tflite_fake_quant(quantized, tmp_path):
     assert np.abs(interpreter.get_tensor(out["index"]) - _out(quantized, x)).max() <= float(step) * 1.0001
 
 
+tensorflow_only = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                                     reason="TFLite files are written on Keras' TensorFlow backend")
+
+
+def _tflite_ops(path):
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    flat = flatbuffer_utils.read_model(str(path))
+    kinds = [names[max(c.builtinCode, c.deprecatedBuiltinCode)] for c in flat.operatorCodes]
+    graph = flat.subgraphs[0]
+    return [kinds[op.opcodeIndex] for op in graph.operators], graph
+
+
+@tensorflow_only
+@pytest.mark.parametrize("device", ["imx500", "tflite"])
+def test_tflite_int8_is_fully_integer_and_each_layer_within_one_step(device, tmp_path):
+    """Every operation between the input QUANTIZE and the output DEQUANTIZE computes on int8 (weights
+    int8 per channel, biases int32), at a fixed batch with no shape operation, XNNPACK taking the graph
+    whole; each quantized tensor within one step of the simulated layer fed the file's own inputs."""
+    from hwquant.keras.tflite_int8 import layer_parity
+
+    pytest.importorskip("ai_edge_litert.interpreter")
+    data = _batches()
+    tpc = mct.get_target_platform_capabilities("1.0", device)
+    quantized = mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[b] for b in data]),
+                                                         target_platform_capabilities=tpc)[0]
+    path = mct.exporter.keras_export_model(quantized, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                           quantization_format=QF.INT8)
+    ops, graph = _tflite_ops(path)
+    assert ops[0] == "QUANTIZE" and ops[-1] == "DEQUANTIZE" and ops.count("QUANTIZE") == 1
+    assert {"CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "MEAN"} <= set(ops) and "FULLY_CONNECTED" not in ops  # Dense: 1x1 conv
+    assert not {"SHAPE", "STRIDED_SLICE", "PACK", "FAKE_QUANT"} & set(ops)
+    assert list(graph.tensors[graph.inputs[0]].shape) == [1, 16, 16, 3]
+    from tensorflow.lite.python import schema_py_generated as schema
+    for op in graph.operators[1:-1]:
+        types = {graph.tensors[i].type for i in list(op.inputs) + list(op.outputs) if i >= 0}
+        assert types <= {schema.TensorType.INT8, schema.TensorType.INT32}
+    steps = layer_parity(quantized, path.read_bytes(), data[1][:1])
+    assert len(steps) == 7 and max(steps.values()) <= 1 + 1e-3, steps
+    from ai_edge_litert.interpreter import Interpreter
+    interpreter = Interpreter(model_path=str(path))
+    interpreter.allocate_tensors()
+    assert [op["op_name"] for op in interpreter._get_ops_details()].count("DELEGATE") == 1  # XNNPACK took it whole
+
+
+@tensorflow_only
+@pytest.mark.parametrize("make, match", [
+    (lambda x: KerasActivationQuantizationHolder(make_quantizer(M.POWER_OF_TWO, 4, {"threshold": 1.0, "is_signed": True}),
+                                                 name="h4")(x), "'h4' quantizes to 4 bits"),
+    (lambda x: keras.layers.Dense(4, name="float_fc")(KerasActivationQuantizationHolder(
+        make_quantizer(M.POWER_OF_TWO, 8, {"threshold": 1.0, "is_signed": True}), name="h")(x)), "'float_fc'.* keep float weights"),
+])
+def test_tflite_int8_refuses_what_it_cannot_carry(make, match, tmp_path):
+    x = keras.Input((8,))
+    model = keras.Model(x, make(x))
+    with pytest.raises(ExportError, match=match):
+        mct.exporter.keras_export_model(model, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                        quantization_format=QF.INT8)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(serialization_format=KSF.TFLITE, quantization_format=QF.MCTQ), "TFLITE export does not support .*MCTQ"),
-    (dict(serialization_format=KSF.TFLITE, quantization_format=QF.INT8), "fully integer TFLite file is not written yet"),
+    (dict(quantization_format=QF.INT8), "KERAS export does not support .*INT8.*serialization_format=TFLITE"),
     (dict(save_model_path="q.h5"), "'.keras' name"),
     (dict(is_layer_exportable_fn=lambda layer: not isinstance(layer, KerasQuantizationWrapper)), "refused the layers"),
 ])

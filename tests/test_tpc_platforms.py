@@ -77,10 +77,13 @@ def test_tflite():
     assert (softmax.fixed_scale, softmax.fixed_zero_point) == (1 / 256, -128)
     assert tpc.get_config_options_by_operators_set("Reshape").base_config.quantization_preserving
     # TFLite's int8 spec: every activation uniform (MCT's TPC gives kernel-less ops power-of-two), and a
-    # kernel op carries its ReLU fused (no AddBias between them in a PyTorch conv)
+    # kernel op carries its ReLU / ReLU6 fused (no AddBias between them in a PyTorch conv); depthwise and
+    # transposed convolutions (Keras layers of their own) take per-channel kernels as TFLite's int8 ops do
     assert tpc.get_default_op_quantization_config().activation_quantization_method is M.UNIFORM
     assert tpc.get_config_options_by_operators_set("Sigmoid").base_config.activation_quantization_method is M.UNIFORM
-    assert "Conv_FullyConnected_ReLU_Elu" in [p.name for p in tpc.fusing_patterns]
+    assert "Conv_DepthwiseConv2D_ConvTranspose_FullyConnected_ReLU_ReLU6_Elu" in [p.name for p in tpc.fusing_patterns]
+    for name in ("DepthwiseConv2D", "ConvTranspose"):
+        assert tpc.get_config_options_by_operators_set(name).base_config == conv
 
 
 def test_qnnpack():

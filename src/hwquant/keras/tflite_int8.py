@@ -18,6 +18,9 @@ integers, otherwise the export fails and says which operations stayed float.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import warnings
 from typing import Any, Dict, List
 
 import keras
@@ -185,7 +188,11 @@ def int8_tflite(model: Any, batch_size: int = 1) -> bytes:
     converter = tf.lite.TFLiteConverter.from_keras_model(_integer_model(model, batch_size))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
     try:
-        data = converter.convert()
+        # the converter prints its SavedModel's signature and warns that the float input has no
+        # statistics (the first fake-quant op gives them): neither is the user's concern
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            data = converter.convert()
     except Exception as e:  # noqa: BLE001 - the converter's own errors, said plainly
         raise ExportError(f"TensorFlow's converter refused the integer model: {type(e).__name__}: "
                           f"{str(e).splitlines()[0]}") from e
@@ -230,7 +237,9 @@ def layer_parity(model: Any, tflite: bytes, x: Any) -> Dict[str, float]:
     xs = list(x) if isinstance(x, (list, tuple)) else [x]
     holders = [layer for layer in model.layers if isinstance(layer, KerasActivationQuantizationHolder)]
     whole = [_numpy(v) for v in keras.Model(model.inputs, [h.output for h in holders])(xs)]
-    interpreter = _interpreter(tflite, experimental_preserve_all_tensors=True)
+    with warnings.catch_warnings():  # keeping every tensor is what this check is for
+        warnings.simplefilter("ignore")
+        interpreter = _interpreter(tflite, experimental_preserve_all_tensors=True)
     interpreter.allocate_tensors()
     for detail, value in zip(interpreter.get_input_details(), xs):
         interpreter.set_tensor(detail["index"], value)
