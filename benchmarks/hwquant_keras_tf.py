@@ -1,9 +1,13 @@
 """hwquant's Keras PTQ of MobileNetV2 on Keras' TensorFlow backend, for benchmarks/run_keras.py. Runs in
 .venv-tf (scripts/test_keras_tensorflow.sh makes it: TensorFlow, no torch):
 
-    .venv-tf/bin/python benchmarks/hwquant_keras_tf.py --data in.npz --out out.npz
+    .venv-tf/bin/python benchmarks/hwquant_keras_tf.py --data in.npz --out out.npz [--tflite-dir DIR]
 
 `in.npz` as for benchmarks/peer_mct_keras.py (weights by layer name, calibration and evaluation images).
+With --tflite-dir: also writes there the float model as TFLite (float.tflite), the quantized model as
+INT8 TFLite (hwquant_int8.tflite), the model quantized with the TFLite TPC and exported the same way
+(hwquant_int8_tflite_tpc.tflite), and parity.npz: per file the worst layer's distance, in steps, from
+the simulation fed the file's own inputs (first evaluation image).
 """
 import argparse
 import os
@@ -20,17 +24,36 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tflite-dir")
     args = ap.parse_args()
     import tensorflow as tf
 
     import hwquant as mct
-    from benchmarks.keras_models import keras_mobilenet_v2_architecture, quantize_and_save, set_weights_by_name
+    import keras
+
+    from benchmarks.keras_models import (float_tflite, keras_mobilenet_v2_architecture, quantize_and_save,
+                                         set_weights_by_name)
+    from hwquant.keras.tflite_int8 import layer_parity
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
     data = np.load(args.data)
     model = keras_mobilenet_v2_architecture()
     set_weights_by_name(model, data)
-    quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(m, gen)[0], data, args.out)
+    quantized = quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(m, gen)[0], data, args.out)
+    if not args.tflite_dir:
+        return
+    folder, calib = Path(args.tflite_dir), data["calib"]
+    float_tflite(keras, model, str(folder / "float.tflite"))
+    tflite_tpc = mct.get_target_platform_capabilities("1.0", "tflite")
+    for_tflite = mct.ptq.keras_post_training_quantization(
+        model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)), target_platform_capabilities=tflite_tpc)[0]
+    parity = {}
+    for name, q in (("hwquant_int8", quantized), ("hwquant_int8_tflite_tpc", for_tflite)):
+        path = mct.exporter.keras_export_model(q, folder / f"{name}.tflite", serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,
+                                               quantization_format=mct.exporter.QuantizationFormat.INT8)
+        steps = [v for v in layer_parity(q, path.read_bytes(), data["eval"][:1]).values() if not np.isnan(v)]
+        parity[name] = np.array([max(steps), len(steps)])
+    np.savez(folder / "parity.npz", **parity)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict, List
 
 import numpy as np
@@ -155,9 +156,10 @@ def set_weights_by_name(model: Any, arrays: Any) -> None:
             layer.set_weights([arrays[k] for k in keys])
 
 
-def quantize_and_save(model: Any, quantize: Callable[[Any, Callable[[], Any]], Any], arrays: Any, out: str) -> None:
+def quantize_and_save(model: Any, quantize: Callable[[Any, Callable[[], Any]], Any], arrays: Any, out: str) -> Any:
     """Time `quantize(model, representative_data_gen)` on the calibration images of `arrays` (batches of
-    32) and save the float and quantized logits on its evaluation images, and the seconds, to `out`."""
+    32) and save the float and quantized logits on its evaluation images, and the seconds, to `out`;
+    returns the quantized model."""
     calib, evaluation = arrays["calib"], arrays["eval"]
     start = time.perf_counter()
     quantized = quantize(model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)))
@@ -165,3 +167,14 @@ def quantize_and_save(model: Any, quantize: Callable[[Any, Callable[[], Any]], A
     predict = lambda m: np.concatenate([m.predict_on_batch(evaluation[i:i + 64])  # noqa: E731
                                         for i in range(0, len(evaluation), 64)])
     np.savez(out, float_logits=predict(model), quantized_logits=predict(quantized), seconds=seconds)
+    return quantized
+
+
+def float_tflite(keras: Any, model: Any, path: str) -> None:
+    """The float model as a TFLite file at batch 1 (the fixed batch the INT8 files have), on the
+    TensorFlow backend of `keras` (Keras 3 or tf.keras)."""
+    import tensorflow as tf
+
+    fixed = keras.models.clone_model(model, input_tensors=keras.Input(batch_shape=(1,) + tuple(model.inputs[0].shape[1:])))
+    fixed.set_weights(model.get_weights())
+    Path(path).write_bytes(tf.lite.TFLiteConverter.from_keras_model(fixed).convert())

@@ -28,6 +28,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--tflite-dir", help="also export MCT's INT8 TFLite file there (mct_int8.tflite)")
     args = ap.parse_args()
     import tensorflow as tf
     import model_compression_toolkit as mct
@@ -37,8 +38,12 @@ def main():
     model = tf.keras.Model.from_config(torchvision_mobilenet_v2_config(tf.keras, _point_inbound_to))
     set_weights_by_name(model, data)
     tpc = mct.get_target_platform_capabilities("1.0", "imx500")
-    quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(
+    quantized = quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(
         m, gen, target_platform_capabilities=tpc)[0], data, args.out)
+    if args.tflite_dir:
+        mct.exporter.keras_export_model(quantized, str(Path(args.tflite_dir) / "mct_int8.tflite"),
+                                        serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,
+                                        quantization_format=mct.exporter.QuantizationFormat.INT8)
 
 
 if __name__ == "__main__":

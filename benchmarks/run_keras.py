@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shutil
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -56,17 +59,56 @@ MCT_KERAS_PY = ROOT / ".venv-mct-keras" / "bin" / "python"   # benchmarks/setup_
 TF_PY = ROOT / ".venv-tf" / "bin" / "python"                   # scripts/test_keras_tensorflow.sh
 
 
-def run_in_venv(python: Path, script: str, keras_model, calib: np.ndarray, evaluation: np.ndarray):
-    """A MobileNetV2 quantization run in another venv (TensorFlow): (seconds, float, quantized logits)."""
-    import subprocess
-    import tempfile
+def _run_script(python: Path, script: str, *args: str) -> None:
+    subprocess.run([str(python), str(Path(__file__).with_name(script)), *args], check=True,
+                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+
+
+def run_in_venv(python: Path, script: str, keras_model, calib: np.ndarray, evaluation: np.ndarray, tflite_dir: str):
+    """A MobileNetV2 quantization run in another venv (TensorFlow): (seconds, float, quantized logits);
+    its TFLite files go to `tflite_dir`."""
     with tempfile.TemporaryDirectory() as folder:
         np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights_by_name(keras_model))
-        subprocess.run([str(python), str(Path(__file__).with_name(script)), "--data", str(Path(folder) / "in.npz"),
-                        "--out", str(Path(folder) / "out.npz")], check=True,
-                       env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
+        _run_script(python, script, "--data", str(Path(folder) / "in.npz"), "--out", str(Path(folder) / "out.npz"),
+                    "--tflite-dir", tflite_dir)
         out = np.load(Path(folder) / "out.npz")
         return float(out["seconds"]), out["float_logits"], out["quantized_logits"]
+
+
+TFLITE_FILES = {"float.tflite": "float (Keras model, TFLite converter)",
+                "hwquant_int8.tflite": "hwquant INT8 (IMX500 1.0 TPC, the PTQ above)",
+                "hwquant_int8_tflite_tpc.tflite": "hwquant INT8 (TFLite 1.0 TPC)",
+                "mct_int8.tflite": "MCT 2.6.1 INT8 (IMX500 1.0 TPC, the PTQ above)"}
+
+
+TFLITE_NOTES = ("TFLite's integer ADD rounds ties upward where the simulation rounds them to even; with the IMX500 "
+                "TPC's power-of-two scales half of a residual sum's values can be ties, so hwquant's INT8 file breaks "
+                "them toward zero instead (keras/tflite_int8.py). The TFLite TPC (uniform scales, ReLU6 fused into "
+                "its kernel as TFLite computes it) is the one made for this runtime.")
+
+
+def tflite_rows(tflite_dir: str, evaluation: np.ndarray, float_logits: np.ndarray, labels: np.ndarray) -> list:
+    """The TFLite files run by ai-edge-litert in .venv-tf: size, latency at batch 1, fidelity to the float
+    Keras model; hwquant's files with their worst layer's distance from the simulation."""
+    files = [name for name in TFLITE_FILES if (Path(tflite_dir) / name).exists()]
+    with tempfile.TemporaryDirectory() as folder:
+        np.savez(Path(folder) / "eval.npz", eval=evaluation)
+        _run_script(TF_PY, "tflite_files.py", "--data", str(Path(folder) / "eval.npz"), "--out", str(Path(folder) / "out.npz"),
+                    *[str(Path(tflite_dir) / name) for name in files])
+        out = dict(np.load(Path(folder) / "out.npz"))
+    parity = dict(np.load(Path(tflite_dir) / "parity.npz")) if (Path(tflite_dir) / "parity.npz").exists() else {}
+    n_lab, float_seconds = len(labels), out["float:seconds"]
+    rows = []
+    for name in files:
+        stem = Path(name).stem
+        logits, seconds = out[f"{stem}:logits"], out[f"{stem}:seconds"]
+        fig = _figures(float_logits[:-n_lab], logits[:-n_lab], None)
+        worst = f"{parity[stem][0]:.0f} step ({parity[stem][1]:.0f} layers)" if stem in parity else "-"
+        rows.append(f"| {TFLITE_FILES[name]} | {out[f'{stem}:size'] / 1e6:.2f} | {1e3 * seconds:.2f} | "
+                    f"{float_seconds / seconds:.2f}x | {fig['agreement']:.1f}% | "
+                    f"{fig['sqnr']:.1f} | {int((logits[-n_lab:].argmax(1) == labels).sum())}/{n_lab} | {worst} |")
+        print(rows[-1], flush=True)
+    return rows
 
 
 def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
@@ -97,11 +139,12 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
                ("hwquant PyTorch", t_torch, f_t, q_t)]
     runs = [("hwquant Keras (tensorflow backend)", TF_PY, "hwquant_keras_tf.py"),
             ("MCT 2.6.1 Keras (TF 2.15)", MCT_KERAS_PY, "peer_mct_keras.py")]
+    tflite_dir = tempfile.mkdtemp(prefix="hwquant-tflite-")
     for tool, python, script in runs if name == "mobilenet_v2" else ():
         if not python.exists():
             print(f"{tool}: {python} missing, skipped")
             continue
-        seconds, f_o, q_o = run_in_venv(python, script, keras_model, calib_k, eval_k)
+        seconds, f_o, q_o = run_in_venv(python, script, keras_model, calib_k, eval_k, tflite_dir)
         gap = float(np.abs(f_o - f_k).max())
         if gap > 1e-3:  # the other run's float model must compute the same function as ours
             raise RuntimeError(f"{tool}: its float MobileNetV2 differs from ours: logits differ by {gap}")
@@ -116,7 +159,9 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
             fig["labelled"] = f"{100 * fig['labelled'] / len(labels):.2f} % (float {100 * float((f.argmax(1) == labels).mean()):.2f} %)"
         rows.append(f"| {name} | {tool} | {seconds:.1f} | {fig['agreement']:.1f}% | {fig['sqnr']:.1f} | {fig['labelled']} |")
         print(rows[-1], flush=True)
-    return rows
+    files = tflite_rows(tflite_dir, eval_k, f_k, labels) if name == "mobilenet_v2" and TF_PY.exists() else []
+    shutil.rmtree(tflite_dir, ignore_errors=True)
+    return rows, files
 
 
 def main(argv=None) -> None:
@@ -127,9 +172,10 @@ def main(argv=None) -> None:
     torch.set_num_threads(2)
     seed_everything(0)
     keras.utils.set_random_seed(0)
-    rows = []
+    rows, files = [], []
     for name in args.models:
-        rows += run(name, n_calib=192, n_eval=490 if name == "mobilenet_v2" else 10000, batch=32)
+        model_rows, model_files = run(name, n_calib=192, n_eval=490 if name == "mobilenet_v2" else 10000, batch=32)
+        rows, files = rows + model_rows, files + model_files
     body = (f"`benchmarks/run_keras.py`, {datetime.date.today()}, 2 threads, Keras {keras.__version__}. The Keras "
             "models carry the PyTorch models' weights (MobileNetV2: keras.applications.MobileNetV2 with torchvision's "
             "weights, its padding and batch-norm epsilon edited to compute torchvision's function: logits within "
@@ -139,9 +185,14 @@ def main(argv=None) -> None:
             "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
             + "\n".join(rows) + "\n\nMCT 2.6.1's Keras PTQ runs in its own venv (TensorFlow 2.15, Keras 2; "
             "`.venv-mct-keras`, benchmarks/peer_mct_keras.py) on the same weights, edited the same way, and data. "
-            "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/test_keras_tensorflow.sh). Still to come "
-            "(issue 17): TFLite INT8 latency and size. The Keras path's time is not tuned yet (Keras' "
-            "torch-backend depthwise convolution and the keras.ops quantizers dominate MobileNetV2's).")
+            "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/test_keras_tensorflow.sh).\n\n"
+            "TFLite files of MobileNetV2 (the TensorFlow-backend run's models; MCT's exported by its own INT8 "
+            "exporter), run by ai-edge-litert 2.3 (XNNPACK, 2 threads) at batch 1: size, median latency of one "
+            "image, and fidelity to the float Keras model on the same 490 crops + 20 labelled images. Layer "
+            "parity: each integer tensor against the simulated layer fed the file's own inputs (first crop), "
+            "the worst layer.\n\n"
+            "| file | size (MB) | latency (ms) | speed-up vs float | top-1 agreement | SQNR (dB) | labelled | layer parity |\n"
+            "|---|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(files) + "\n\n" + TFLITE_NOTES)
     print(body)
     if not args.no_write:
         report.replace_section(TITLE, body)

@@ -58,6 +58,23 @@ def test_tflite_fake_quant(quantized, tmp_path):
     assert np.abs(interpreter.get_tensor(out["index"]) - _out(quantized, x)).max() <= float(step) * 1.0001
 
 
+def test_onnx_through_keras_export(quantized, tmp_path):
+    """Keras' own ONNX export (torch.onnx on torch, tf2onnx on TensorFlow): ONNX Runtime computes what the
+    quantized model computes (the quantizers as float operations)."""
+    ort = pytest.importorskip("onnxruntime")
+    if keras.backend.backend() == "tensorflow":
+        pytest.importorskip("tf2onnx")
+    x = _batches()[1]
+    path = mct.exporter.keras_export_model(quantized, tmp_path / "q.onnx", serialization_format=KSF.ONNX,
+                                           quantization_format=QF.FAKELY_QUANT)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y = session.run(None, {session.get_inputs()[0].name: x})[0]
+    step = float(quantized.get_layer("fc_activation_holder_quantizer").activation_holder_quantizer.grid.scale)
+    assert np.abs(y - _out(quantized, x)).max() <= step * 1.0001
+    assert {"Round", "Clip"} <= {node.op_type for node in __import__("onnx").load(str(path)).graph.node}
+    assert [p.name for p in tmp_path.iterdir()] == ["q.onnx"]
+
+
 tensorflow_only = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                      reason="TFLite files are written on Keras' TensorFlow backend")
 
@@ -125,6 +142,8 @@ def test_tflite_int8_refuses_what_it_cannot_carry(make, match, tmp_path):
     (dict(serialization_format=KSF.TFLITE, quantization_format=QF.MCTQ), "TFLITE export does not support .*MCTQ"),
     (dict(quantization_format=QF.INT8), "KERAS export does not support .*INT8.*serialization_format=TFLITE"),
     (dict(save_model_path="q.h5"), "'.keras' name"),
+    (dict(serialization_format=KSF.ONNX, quantization_format=QF.MCTQ), "ONNX export does not support .*MCTQ"),
+    (dict(serialization_format=KSF.ONNX, quantization_format=QF.FAKELY_QUANT), "'.onnx' name, not 'q.keras'"),
     (dict(is_layer_exportable_fn=lambda layer: not isinstance(layer, KerasQuantizationWrapper)), "refused the layers"),
 ])
 def test_bad_exports_are_refused_before_writing(quantized, tmp_path, kwargs, match):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Callable, Union
 
 
 def _umask() -> int:
@@ -24,8 +24,9 @@ def new_file_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path:
-    """Write `data` to a temporary sibling of `path`, then rename it over `path`.
+def write_through_temporary(path: Union[str, os.PathLike], write: Callable[[str], None]) -> Path:
+    """Call `write(temporary path)` (a sibling of `path` with its suffix, which writers such as Keras'
+    require), then rename the result over `path`.
 
     Readers see either the old file or the complete new one; on any failure the temporary file
     is removed and `path` is left untouched.
@@ -34,13 +35,18 @@ def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot write '{path}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=folder)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        write(tmp)
         os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path:
+    """Write `data` whole to `path` or not at all (write_through_temporary)."""
+    return write_through_temporary(path, lambda tmp: Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data))

@@ -25,8 +25,10 @@ class PytorchExportSerializationFormat(Enum):
 
 
 class KerasExportSerializationFormat(Enum):
+    """MCT's KERAS and TFLITE, and ONNX (written by Keras' own exporter; hwquant's addition)."""
     KERAS = 0
     TFLITE = 1
+    ONNX = 2
 
 
 # MCT's default ONNX opset; 16-bit QuantizeLinear types need 21.

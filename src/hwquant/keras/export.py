@@ -7,12 +7,13 @@
     TFLITE + FAKELY_QUANT the model converted by TensorFlow's converter (Keras' TensorFlow backend):
                           float operations computing the fake quantization
     TFLITE + INT8         a fully integer graph at batch 1 with hwquant's scales (tflite_int8.py)
+    ONNX + FAKELY_QUANT   Keras' own ONNX export (torch.onnx on the torch backend, tf2onnx on TensorFlow):
+                          the quantizers as the float operations they compute (Div, Round, Clip, Mul)
 Files are written whole or not at all.
 """
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -22,10 +23,11 @@ from hwquant.errors import ExportError
 from hwquant.exporter.formats import KerasExportSerializationFormat as KSF
 from hwquant.exporter.formats import QuantizationFormat as QF
 from hwquant.exporter.formats import as_format
-from hwquant.fileio import atomic_write, new_file_mode
+from hwquant.fileio import atomic_write, write_through_temporary
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 
-SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT, QF.INT8)}
+SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT, QF.INT8), KSF.ONNX: (QF.FAKELY_QUANT,)}
+SUFFIX = {KSF.KERAS: ".keras", KSF.TFLITE: ".tflite", KSF.ONNX: ".onnx"}
 
 
 def is_keras_layer_exportable(layer: Any) -> bool:
@@ -47,16 +49,13 @@ def _without_wrappers(model: Any) -> Any:
     return flat
 
 
-def _save_keras(model: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".keras", dir=path.parent)
-    os.close(fd)
+def _export_onnx(model: Any, tmp: str) -> None:
+    specs = [keras.InputSpec(shape=t.shape, dtype=t.dtype) for t in model.inputs]
     try:
-        model.save(tmp)
-        os.chmod(tmp, new_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        model.export(tmp, format="onnx", verbose=False, input_signature=specs if len(specs) == 1 else [specs])
+    except ImportError as e:
+        raise ExportError(f"Keras' ONNX export on the {keras.backend.backend()} backend needs a package that is not "
+                          f"installed ({e}): pip install tf2onnx on TensorFlow, onnx on torch") from e
 
 
 def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
@@ -76,16 +75,19 @@ def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn:
     refused = [layer.name for layer in model.layers if (is_layer_exportable_fn or is_keras_layer_exportable)(layer) is False]
     if refused:
         raise ExportError(f"is_layer_exportable_fn refused the layers {refused[:8]}; nothing was written")
-    suffix = ".keras" if serialization == KSF.KERAS else ".tflite"
     if not isinstance(save_model_path, (str, os.PathLike)) or not str(save_model_path):
         raise ExportError(f"save_model_path must be a file path, got {save_model_path!r}")
-    path = Path(save_model_path)
+    path, suffix = Path(save_model_path), SUFFIX[serialization]
     if not path.parent.is_dir():
         raise ExportError(f"cannot write '{path}': folder '{path.parent}' does not exist; create it first")
+    if path.suffix != suffix:
+        raise ExportError(f"{serialization.name} export writes '{suffix}' files: give save_model_path a '{suffix}' name, "
+                          f"not '{path.name}'")
     if serialization == KSF.KERAS:
-        if path.suffix != suffix:
-            raise ExportError(f"Keras saves '.keras' files: give save_model_path a '.keras' name, not '{path.name}'")
-        _save_keras(model if quantization == QF.MCTQ else _without_wrappers(model), path)
+        write_through_temporary(path, (model if quantization == QF.MCTQ else _without_wrappers(model)).save)
+        return path
+    if serialization == KSF.ONNX:
+        write_through_temporary(path, lambda tmp: _export_onnx(model, tmp))
         return path
     if keras.backend.backend() != "tensorflow":
         raise ExportError(f"TFLite export needs Keras' TensorFlow backend (this process runs '{keras.backend.backend()}'): "
