@@ -263,3 +263,20 @@ def test_add_constant_spreads_over_channels():
     np.testing.assert_allclose(s.channel_mean, (8 * 1 + 2 * 5) / 10)
     with pytest.raises(ValueError, match="spread evenly"):
         s.add_constant(1.0, 4)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_fast_summary_agrees_with_the_precise_one(axis):
+    """summarize(precise=False) (the Keras adapter's): extremes exact, mean and spread within float32 sums'
+    accuracy (a layout with few channels goes through the widened column reduction)."""
+    from hwquant.core.statistics import summarize
+
+    x = (np.random.default_rng(5).standard_normal((4, 7, 9, 10)) * 3 + 1).astype(np.float32)
+    stats = TensorStatistics(channel_axis=axis, per_channel=True, max_hist_samples_per_batch=NO_SUBSAMPLING)
+    precise, fast = summarize(x, stats), summarize(x, stats, precise=False)
+    np.testing.assert_array_equal(fast.channel_min, precise.channel_min)
+    np.testing.assert_array_equal(fast.channel_max, precise.channel_max)
+    np.testing.assert_allclose(fast.channel_sum, precise.channel_sum, rtol=1e-5)
+    assert (fast.min, fast.max, fast.count) == (precise.min, precise.max, precise.count)
+    assert fast.mean == pytest.approx(precise.mean, rel=1e-5) and fast.m2 == pytest.approx(precise.m2, rel=1e-4)
+    np.testing.assert_array_equal(fast.sample, precise.sample)

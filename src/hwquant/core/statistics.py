@@ -33,6 +33,7 @@ from hwquant.core.arrays import as_float_array
 __all__ = ["TensorStatistics", "BatchSummary", "summarize"]
 
 _CHUNK = 1 << 18  # elements per float64 chunk of the mean / variance pass (2 MiB)
+_WIDE = 2048  # columns a row-wise numpy reduction needs to vectorise well
 _MIN_REL_WIDTH = 2.0 ** -40  # bins no narrower than this times max|x| (keeps |x| / w far from int64 limits)
 
 
@@ -394,34 +395,58 @@ class BatchSummary:
     shape: tuple = ()
 
 
-def summarize(x, stats: TensorStatistics) -> BatchSummary:
-    """The numpy summary of a batch for `stats` (its channel axis, per-channel flag, subsampling)."""
+def _column_reduce(rows: np.ndarray, reduce) -> np.ndarray:
+    """reduce (np.minimum.reduce, np.add.reduce ...) down the columns of a (values, channels) matrix.
+    Numpy vectorises a reduction over rows across the columns, badly when they are few (96 channels:
+    ~1 GB/s), so k rows are laid side by side first (at least _WIDE columns) and the k partial results
+    reduced after: 3-4x faster, the same values for min / max."""
+    m, c = rows.shape
+    k = -(-_WIDE // c)
+    whole = (m // k) * k
+    if k == 1 or whole == 0:
+        return reduce(rows, axis=0)
+    out = reduce(reduce(rows[:whole].reshape(whole // k, k * c), axis=0).reshape(k, c), axis=0)
+    return reduce(np.stack([out, reduce(rows[whole:], axis=0)]), axis=0) if whole < m else out
+
+
+def summarize(x, stats: TensorStatistics, precise: bool = True) -> BatchSummary:
+    """The numpy summary of a batch for `stats` (its channel axis, per-channel flag, subsampling).
+    Per-channel extremes come from a (values, channels) matrix (a free view of channels-last
+    activations). precise: the mean and spread in float64 around the mean (exact to ~1e-13, also for
+    a large offset); otherwise from float32 sums and the sum of squares, as the torch summariser
+    computes them (~3x faster, ~1e-4 relative on the spread: ample for z-scores)."""
     x = as_float_array(x, "an activation")
     if x.size == 0:
         return BatchSummary(0, math.inf, -math.inf, 0.0, 0.0, np.zeros(0, np.float32), shape=x.shape)
-    ch = None
+    flat = np.ascontiguousarray(x).reshape(-1)
+    rows = None
     if stats.per_channel:
         if x.ndim == 0 or not -x.ndim <= stats.channel_axis < x.ndim:
             raise ValueError(f"channel_axis {stats.channel_axis} is out of range for an activation of "
                              f"shape {x.shape}")
         ax = stats.channel_axis % x.ndim
-        axes = tuple(d for d in range(x.ndim) if d != ax)
-        ch = (np.min(x, axis=axes), np.max(x, axis=axes))
-        lo, hi = float(np.min(ch[0])), float(np.max(ch[1]))
+        rows = (flat if ax == x.ndim - 1 else np.moveaxis(x, ax, -1)).reshape(-1, x.shape[ax])
+        ch_min, ch_max = _column_reduce(rows, np.minimum.reduce), _column_reduce(rows, np.maximum.reduce)
+        lo, hi = float(ch_min.min()), float(ch_max.max())
     else:
-        lo, hi = float(np.min(x)), float(np.max(x))
+        lo, hi = float(flat.min()), float(flat.max())
     if not (math.isfinite(lo) and math.isfinite(hi)):  # report before the moments overflow
         return BatchSummary(x.size, lo, hi, 0.0, 0.0, np.zeros(0, np.float32), shape=x.shape)
-    flat = x.reshape(-1)
-    mean = float(np.add.reduce(flat, dtype=np.float64)) / flat.size
-    m2 = 0.0
-    for i in range(0, flat.size, _CHUNK):  # float64 chunks keep memory bounded
-        c = flat[i:i + _CHUNK].astype(np.float64) - mean
-        m2 += float(np.einsum("i,i->", c, c))  # (BLAS dot is slow under thread contention)
+    if precise:
+        ch_sum = None if rows is None else np.add.reduce(rows, axis=0, dtype=np.float64)
+        mean = float(np.add.reduce(flat, dtype=np.float64)) / flat.size
+        m2 = 0.0
+        for i in range(0, flat.size, _CHUNK):  # float64 chunks keep memory bounded
+            c = flat[i:i + _CHUNK].astype(np.float64) - mean
+            m2 += float(np.einsum("i,i->", c, c))  # (BLAS dot is slow under thread contention)
+    else:
+        ch_sum = None if rows is None else _column_reduce(rows, np.add.reduce).astype(np.float64)
+        total = float(ch_sum.sum()) if rows is not None else float(np.add.reduce(flat, dtype=np.float32))
+        mean = total / flat.size
+        m2 = max(float(np.dot(flat, flat)) - flat.size * mean * mean, 0.0)
     idx = stats.sample_indices(flat.size)
     sample = flat if idx is None else flat[idx]
     summary = BatchSummary(flat.size, lo, hi, mean, m2, sample, shape=x.shape)
-    if ch is not None:
-        summary.channel_min, summary.channel_max = ch
-        summary.channel_sum = np.add.reduce(x, axis=axes, dtype=np.float64)
+    if rows is not None:
+        summary.channel_min, summary.channel_max, summary.channel_sum = ch_min, ch_max, ch_sum
     return summary

@@ -17,6 +17,7 @@ from hwquant.core.config import DefaultDict
 from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.statistics import summarize
 from hwquant.keras.attach import attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.correction_facts import _CONVS, _DEPTHWISE, _TRANSPOSED, KERNEL_LAYERS, KerasCorrectionFacts
@@ -116,7 +117,7 @@ class KerasAdapter(KerasCorrectionFacts):
                 chunk = [a[start:start + STATISTICS_CHUNK] for a in batch]
                 _, values = model.predict_on_batch(chunk if len(chunk) > 1 else chunk[0])
                 for name, value in zip(names, values):
-                    statistics[name].update(np.asarray(value, np.float32))
+                    statistics[name].add(summarize(np.asarray(value, np.float32), statistics[name], precise=False))
             batches += 1
         return batches
 
