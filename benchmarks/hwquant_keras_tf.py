@@ -1,5 +1,5 @@
 """hwquant's Keras PTQ of MobileNetV2 on Keras' TensorFlow backend, for benchmarks/run_keras.py. Runs in
-.venv-tf (scripts/test_keras_tensorflow.sh makes it: TensorFlow, no torch):
+.venv-tf (scripts/setup_keras_tensorflow.sh makes it: TensorFlow, no torch):
 
     .venv-tf/bin/python benchmarks/hwquant_keras_tf.py --data in.npz --out out.npz [--tflite-dir DIR]
 

@@ -56,7 +56,7 @@ def _predict_torch(model, x, batch=64):
 
 ROOT = Path(__file__).resolve().parents[1]
 MCT_KERAS_PY = ROOT / ".venv-mct-keras" / "bin" / "python"   # benchmarks/setup_peers.sh
-TF_PY = ROOT / ".venv-tf" / "bin" / "python"                   # scripts/test_keras_tensorflow.sh
+TF_PY = ROOT / ".venv-tf" / "bin" / "python"                   # scripts/setup_keras_tensorflow.sh
 
 
 def _run_script(python: Path, script: str, *args: str) -> None:
@@ -185,7 +185,7 @@ def main(argv=None) -> None:
             "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
             + "\n".join(rows) + "\n\nMCT 2.6.1's Keras PTQ runs in its own venv (TensorFlow 2.15, Keras 2; "
             "`.venv-mct-keras`, benchmarks/peer_mct_keras.py) on the same weights, edited the same way, and data. "
-            "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/test_keras_tensorflow.sh).\n\n"
+            "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/setup_keras_tensorflow.sh).\n\n"
             "TFLite files of MobileNetV2 (the TensorFlow-backend run's models; MCT's exported by its own INT8 "
             "exporter), run by ai-edge-litert 2.3 (XNNPACK, 2 threads) at batch 1: size, median latency of one "
             "image, and fidelity to the float Keras model on the same 490 crops + 20 labelled images. Layer "

@@ -1,0 +1,171 @@
+"""The two back ends behind one small interface, so that a pass test is written once and run on both
+(tests/test_pass_templates.py). Models are described framework-free, as a sequence of layer specs
+over an input of (channels, height, width) or (features,); each kit builds them in its framework
+(PyTorch channels first, Keras channels last) and runs the core's pipeline stages on them.
+
+Layer specs: ("conv", out_channels, kernel[, bias]) with 'same' padding, ("bn",), ("relu",),
+("silu",), ("dense", units[, bias]); ("residual", kernel): a same-shape convolution plus its input.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Sequence
+
+import numpy as np
+
+from hwquant.core.candidates import select_base_configs
+from hwquant.core.config import CoreConfig, QuantizationConfig
+from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
+from hwquant.tpc.platforms import get_target_platform_capabilities
+
+
+class _Kit:
+    name = ""
+    channel_axis = 1
+
+    def batches(self, in_shape: Sequence[int], n: int = 3, batch: int = 8, scale: float = 1.0, seed: int = 0) -> List[list]:
+        rng = np.random.default_rng(seed)
+        return [[self.tensor(scale * rng.standard_normal((batch,) + tuple(in_shape)).astype(np.float32))]
+                for _ in range(n)]
+
+    def state(self, model: Any, batches: List[list], **qc: Any) -> PipelineState:
+        """A pipeline state calibrated on `batches` with parameters computed (before any correction)."""
+        graph = self.capture(model, batches[0])
+        state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), self.adapter(graph),
+                              get_target_platform_capabilities())
+        prepare(state)
+        calibrate(state, batches)
+        select_base_configs(state.graph)
+        compute_parameters(state)
+        return state
+
+    def quantized_output(self, state: PipelineState, x: Any) -> np.ndarray:
+        return self.run(state.adapter.build(state.graph, quantized=True), x)
+
+    def graph_output(self, graph: Any, x: Any) -> np.ndarray:
+        return self.run(self.adapter(graph).build(graph, quantized=False), x)
+
+    def channel_means(self, y: np.ndarray) -> np.ndarray:
+        return y.mean(axis=tuple(d for d in range(y.ndim) if d != self.channel_axis % y.ndim))
+
+
+class TorchKit(_Kit):
+    name, channel_axis = "torch", 1
+
+    def __init__(self):
+        import torch
+        from torch import nn
+
+        self.torch, self.nn = torch, nn
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return self.torch.from_numpy(a)
+
+    def model(self, in_shape: Sequence[int], specs: Sequence[tuple]) -> Any:
+        nn, torch = self.nn, self.torch
+        channels, layers = in_shape[0], []
+        for kind, *args in specs:
+            if kind == "conv":
+                out, k, *bias = args
+                layers.append(nn.Conv2d(channels, out, k, padding=k // 2, bias=bias[0] if bias else True))
+                channels = out
+            elif kind == "dense":
+                out, *bias = args
+                layers.append(nn.Linear(channels, out, bias=bias[0] if bias else True))
+                channels = out
+            elif kind == "residual":
+                conv = nn.Conv2d(channels, channels, args[0], padding=args[0] // 2)
+
+                class Residual(nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.conv = conv
+
+                    def forward(self, x):
+                        return self.conv(x) + x
+
+                layers.append(Residual())
+            else:
+                layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU}[kind]())
+        model = nn.Sequential(*layers).eval()
+        with torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.BatchNorm2d):  # statistics a trained net would have
+                    m.running_mean.uniform_(-0.3, 0.3)
+                    m.running_var.uniform_(0.5, 2.0)
+                    m.weight.uniform_(0.5, 1.5)
+        return model
+
+    def capture(self, model: Any, batch: list) -> Any:
+        from hwquant.torch.capture import capture
+
+        return capture(model, batch)
+
+    def adapter(self, graph: Any) -> Any:
+        from hwquant.torch.adapter import PytorchAdapter
+
+        return PytorchAdapter()
+
+    def run(self, model: Any, x: Any) -> np.ndarray:
+        with self.torch.no_grad():
+            return model(x).numpy()
+
+
+class KerasKit(_Kit):
+    name, channel_axis = "keras", -1
+
+    def __init__(self):
+        import keras
+
+        self.keras = keras
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if a.ndim == 4 else a
+
+    def model(self, in_shape: Sequence[int], specs: Sequence[tuple]) -> Any:
+        keras, L = self.keras, self.keras.layers
+        keras.utils.set_random_seed(0)
+        shape = tuple(in_shape[1:]) + (in_shape[0],) if len(in_shape) == 3 else tuple(in_shape)
+        x = inp = keras.Input(shape)
+        for kind, *args in specs:
+            if kind == "conv":
+                out, k, *bias = args
+                x = L.Conv2D(out, k, padding="same", use_bias=bias[0] if bias else True)(x)
+            elif kind == "dense":
+                out, *bias = args
+                x = L.Dense(out, use_bias=bias[0] if bias else True)(x)
+            elif kind == "residual":
+                x = keras.ops.add(L.Conv2D(x.shape[-1], args[0], padding="same")(x), x)
+            elif kind == "bn":
+                bn = L.BatchNormalization()
+                x = bn(x)
+                rng = np.random.default_rng(0)
+                c = x.shape[-1]
+                bn.set_weights([rng.uniform(0.5, 1.5, c), rng.uniform(-0.2, 0.2, c), rng.uniform(-0.3, 0.3, c),
+                                rng.uniform(0.5, 2.0, c)])
+            else:
+                x = {"relu": L.ReLU, "silu": lambda: L.Activation("silu")}[kind]()(x)
+        return keras.Model(inp, x)
+
+    def capture(self, model: Any, batch: list) -> Any:
+        from hwquant.keras.capture import capture
+
+        return capture(model, batch)
+
+    def adapter(self, graph: Any) -> Any:
+        from hwquant.keras.adapter import KerasAdapter
+
+        return KerasAdapter(graph)
+
+    def run(self, model: Any, x: Any) -> np.ndarray:
+        return np.asarray(model.predict_on_batch(x))
+
+
+def kits() -> List[str]:
+    """The back ends this environment has (the TensorFlow CI venv has no torch)."""
+    import importlib.util
+
+    return [name for name, module in (("torch", "torch"), ("keras", "keras")) if importlib.util.find_spec(module)]
+
+
+def make_kit(name: str) -> _Kit:
+    return {"torch": TorchKit, "keras": KerasKit}[name]()
