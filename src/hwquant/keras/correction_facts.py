@@ -94,7 +94,8 @@ class KerasCorrectionFacts:
                 cfg["padding"] = "same"
             else:
                 raise ValueError(f"node '{node.name}': Keras convolutions pad 'valid' or 'same', not {geometry.padding}")
-            cfg["strides"] = tuple(geometry.stride)
+            cfg["strides"], cfg["kernel_size"] = tuple(geometry.stride), tuple(geometry.kernel_size)
+            cfg["dilation_rate"] = tuple(geometry.dilation)
         if node.type is L.Dense:
             cfg["units"] = int(kernel.shape[1])
         elif issubclass(node.type, _DEPTHWISE):
