@@ -52,6 +52,9 @@ class PipelineState:
     # GPTQ's float teacher: a copy of the graph taken before bias correction (which changes biases
     # for the quantized model only); None unless run_ptq is asked to keep it
     float_graph: Optional[Graph] = None
+    # the fake-quantized model bias_correction_where_it_helps built for the graph it left (None when it
+    # built none): a facade whose fake-quantized model is its result returns it instead of a rebuild
+    judged_model: Any = None
 
 
 def prepare(state: PipelineState) -> None:
@@ -174,8 +177,10 @@ def bias_correction_where_it_helps(state: PipelineState, data: Iterable[List[Any
     if errors[0] < errors[1]:
         log.info("bias correction undone: the output error on the representative data is %.3g without it, %.3g "
                  "with it", errors[0], errors[1])
+        state.judged_model = without
         return 0
     restore_biases(state.graph, adapter, after)
+    state.judged_model = with_correction
     return corrected
 
 

@@ -135,10 +135,21 @@ class KerasAdapter(KerasCorrectionFacts):
             if seen >= max_samples:
                 break
             x = batch if len(batch) > 1 else batch[0]
-            ref = np.asarray(reference.predict_on_batch(x), np.float64)
+            ref = _run_once(reference, x)
             energy += float((ref ** 2).sum())
             for k, m in enumerate(models):
-                out = np.asarray(m.predict_on_batch(x), np.float64)
+                out = _run_once(m, x)
                 errors[k] += float(((out - ref) ** 2).sum())
             seen += len(batch[0])
         return [e / energy if energy > 0 else e for e in errors]
+
+
+def _run_once(model: Any, x: Any) -> np.ndarray:
+    """A model's output on a batch it sees once or twice, as float64 numpy. On TensorFlow an eager call:
+    predict_on_batch traces a graph first, which costs twice the call (MobileNetV2: 0.69 s against
+    0.34 s); elsewhere predict_on_batch (inference only: no gradient graph on the torch backend)."""
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        return np.asarray(keras.ops.convert_to_numpy(model(x, training=False)), np.float64)
+    return np.asarray(model.predict_on_batch(x), np.float64)

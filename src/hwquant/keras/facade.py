@@ -52,7 +52,8 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
     state.target = target_resource_utilization
     run_ptq(state, data)
-    model = state.adapter.build(state.graph, quantized=True)
+    # (the bias-correction judge's model is this graph's quantized model: no second build)
+    model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
     log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, user_information(state, state.adapter)
