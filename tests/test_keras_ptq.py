@@ -153,3 +153,32 @@ def test_bad_inputs_are_refused_clearly():
         mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[data[0], data[1]]]))
     with pytest.raises(ValueError, match="core_config must be a CoreConfig"):
         mct.ptq.keras_post_training_quantization(_net(), lambda: iter([[data[0]]]), core_config="fast")
+
+
+@pytest.mark.parametrize("version, seed", [("1.0", 0), ("4.0", 1), ("4.0", 2)])
+def test_mixed_precision_model_swaps_candidates_exactly(version, seed):
+    """The sensitivity model (built once, each candidate's kernels and activation grid assigned) computes
+    what a quantized model built for the same candidates computes (IMX500 4.0: activation candidates too)."""
+    from hwquant.core import candidates as cand
+    from hwquant.core.pipeline import calibrate, compute_parameters, prepare
+    from hwquant.keras.facade import _session
+    from hwquant.keras.mixed_precision import _set_candidate, _SwappableBlocks
+    from hwquant.keras.quantized_model import build_quantized_model
+
+    data = _batches()
+    state, rep = _session(_net(), lambda: iter([[b] for b in data]), mct.core.CoreConfig(),
+                          mct.get_target_platform_capabilities(version, "imx500"))
+    prepare(state)
+    calibrate(state, rep)
+    cand.select_base_configs(state.graph)
+    compute_parameters(state, all_candidates=True)
+    configurable = [n for n in state.graph if len(n.candidates) > 1]
+    activation_bits = {c.activation_quantization_cfg.activation_n_bits for n in configurable for c in n.candidates}
+    assert len(configurable) >= 4 and (version == "1.0" or len(activation_bits) > 1)
+    model = build_quantized_model(state.graph, blocks=_SwappableBlocks(configurable))
+    rng = np.random.default_rng(seed)
+    for node in configurable + configurable[:2]:  # (a node set twice keeps its last candidate)
+        _set_candidate(model, node, node.candidates[rng.integers(len(node.candidates))])
+    x = data[1]
+    np.testing.assert_allclose(model.predict_on_batch(x), build_quantized_model(state.graph).predict_on_batch(x),
+                               rtol=1e-5, atol=1e-6)

@@ -90,6 +90,39 @@ def test_seed_003_framework_info():
     assert scope["f5"].get_layer_min_max(scope["Softmax"]) == (0, 1)
 
 
+def test_seed_003_framework_info_with_keras_layers():
+    """The same examples with Keras 3's own layers (tf.keras.layers.X is keras.layers.X there), and the
+    kernel channels of the first read back by the Keras adapter for a captured Conv2D."""
+    import numpy as np
+    import pytest
+
+    keras = pytest.importorskip("keras")
+    scope = run("""
+        import keras
+        from hwquant import DefaultDict, FrameworkInfo
+
+        kernel_ops = [keras.layers.Conv2D]
+        kernel_channels_mapping = DefaultDict({keras.layers.Conv2D: (3, 2)})
+        f1 = FrameworkInfo(kernel_ops, [], [], kernel_channels_mapping, {}, {})
+        activation_ops = [keras.layers.ReLU]
+        no_quantization_ops = [keras.layers.Reshape]
+        activation_min_max_mapping = {'softmax': (0, 1)}
+        layer_min_max_mapping = {keras.layers.Softmax: (0, 1)}
+        f5 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping,
+                           activation_min_max_mapping, layer_min_max_mapping)
+    """)
+    from hwquant.keras.adapter import KerasAdapter
+    from hwquant.keras.capture import capture
+
+    f1, f5 = scope["f1"], scope["f5"]
+    assert f5.is_kernel_op(keras.layers.Conv2D) and f5.is_activation_op(keras.layers.ReLU)
+    assert f5.is_no_quantization_op(keras.layers.Reshape) and f5.get_layer_min_max(keras.layers.Softmax) == (0, 1)
+    x = keras.Input((8, 8, 3))
+    model = keras.Model(x, keras.layers.Conv2D(4, 3, name="c")(x))
+    graph = capture(model, [np.zeros((1, 8, 8, 3), np.float32)])
+    assert KerasAdapter(graph, fw_info=f1).kernel_axes(graph.node("c")) == (3, 2)
+
+
 def test_seed_004_quantization_config():
     scope = run("""
         import hwquant as mct

@@ -30,7 +30,9 @@ def weight_quantizers(node: Node) -> Dict[str, KerasInferableQuantizer]:
     return out
 
 
-class _QuantizationBlocks:
+class QuantizationBlocks:
+    """The wrappers and holders a quantized build puts in (subclassed by the mixed-precision model)."""
+
     def __init__(self):
         self._weight_quantizers: Dict[str, Dict[str, KerasInferableQuantizer]] = {}  # by node, made in wrap()
 
@@ -39,20 +41,31 @@ class _QuantizationBlocks:
         return KerasQuantizationWrapper(layer, quantizers, name=f"quant_{node.name}") if quantizers else layer
 
     def weights(self, node: Node) -> Dict[Any, Any]:
-        out = dict(node.weights)
-        for attr, q in self._weight_quantizers[node.name].items():
-            out[attr] = np.asarray(keras.ops.convert_to_numpy(q(np.asarray(node.weights[attr], np.float32))), np.float32)
-        return out
+        return quantized_weights(node, self._weight_quantizers[node.name])
 
     def after(self, node: Node, tensor: Any) -> Any:
-        cfg = node.final_config
-        if cfg is None or not cfg.activation_quantization_cfg.quantized:
+        quantizer = activation_quantizer(node)
+        if quantizer is None:
             return tensor
-        a = cfg.activation_quantization_cfg
-        quantizer = make_quantizer(a.activation_quantization_method, a.activation_n_bits,
-                                   a.activation_quantization_params)
         return KerasActivationQuantizationHolder(quantizer, name=f"{node.name}{HOLDER_SUFFIX}")(tensor)
 
 
-def build_quantized_model(graph: Graph, extra_outputs: Sequence[str] = ()) -> Any:
-    return build_model(graph, extra_outputs, blocks=_QuantizationBlocks())
+def quantized_weights(node: Node, quantizers: Dict[str, KerasInferableQuantizer]) -> Dict[Any, Any]:
+    """The node's weights, those with a quantizer quantized (the values the wrapped layer holds)."""
+    out = dict(node.weights)
+    for attr, q in quantizers.items():
+        out[attr] = np.asarray(keras.ops.convert_to_numpy(q(np.asarray(node.weights[attr], np.float32))), np.float32)
+    return out
+
+
+def activation_quantizer(node: Node) -> Any:
+    """The quantizer of the node's output under its final config (None when not quantized)."""
+    cfg = node.final_config
+    if cfg is None or not cfg.activation_quantization_cfg.quantized:
+        return None
+    a = cfg.activation_quantization_cfg
+    return make_quantizer(a.activation_quantization_method, a.activation_n_bits, a.activation_quantization_params)
+
+
+def build_quantized_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Any = None) -> Any:
+    return build_model(graph, extra_outputs, blocks=blocks or QuantizationBlocks())
