@@ -25,14 +25,15 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tflite-dir")
+    ap.add_argument("--mp-out", help="also run mixed precision at 75 %% of the weights memory; its results there")
     args = ap.parse_args()
     import tensorflow as tf
 
     import hwquant as mct
     import keras
 
-    from benchmarks.keras_models import (float_tflite, keras_mobilenet_v2_architecture, quantize_and_save,
-                                         set_weights_by_name)
+    from benchmarks.keras_models import (float_tflite, keras_mobilenet_v2_architecture, mixed_precision_and_save,
+                                         quantize_and_save, set_weights_by_name)
     from hwquant.keras.tflite_int8 import layer_parity
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
@@ -40,6 +41,11 @@ def main():
     model = keras_mobilenet_v2_architecture()
     set_weights_by_name(model, data)
     quantized = quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(m, gen)[0], data, args.out)
+    if args.mp_out:
+        mixed_precision_and_save(model, lambda m, gen: mct.core.keras_resource_utilization_data(m, gen),
+                                 lambda m, gen, weights: mct.ptq.keras_post_training_quantization(
+                                     m, gen, target_resource_utilization=mct.core.ResourceUtilization(weights_memory=weights))[0],
+                                 data, args.mp_out, 0.75)
     if not args.tflite_dir:
         return
     folder, calib = Path(args.tflite_dir), data["calib"]

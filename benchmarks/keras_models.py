@@ -178,3 +178,17 @@ def float_tflite(keras: Any, model: Any, path: str) -> None:
     fixed = keras.models.clone_model(model, input_tensors=keras.Input(batch_shape=(1,) + tuple(model.inputs[0].shape[1:])))
     fixed.set_weights(model.get_weights())
     Path(path).write_bytes(tf.lite.TFLiteConverter.from_keras_model(fixed).convert())
+
+
+def mixed_precision_and_save(model: Any, ru_data: Callable[[Any, Callable[[], Any]], Any],
+                             quantize: Callable[[Any, Callable[[], Any], float], Any], arrays: Any, out: str,
+                             ratio: float) -> None:
+    """Time mixed precision at `ratio` of the weights memory `ru_data(model, gen)` gives, on the same
+    data as quantize_and_save; save its logits and seconds to `out` (a tool's own ResourceUtilization)."""
+    calib, evaluation = arrays["calib"], arrays["eval"]
+    gen = lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32))  # noqa: E731
+    start = time.perf_counter()
+    quantized = quantize(model, gen, ratio * ru_data(model, gen).weights_memory)
+    seconds = time.perf_counter() - start
+    logits = np.concatenate([quantized.predict_on_batch(evaluation[i:i + 64]) for i in range(0, len(evaluation), 64)])
+    np.savez(out, quantized_logits=logits, seconds=seconds)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.keras_models import (quantize_and_save, set_weights_by_name,  # noqa: E402
+from benchmarks.keras_models import (mixed_precision_and_save, quantize_and_save, set_weights_by_name,  # noqa: E402
                                      torchvision_mobilenet_v2_config)
 
 
@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tflite-dir", help="also export MCT's INT8 TFLite file there (mct_int8.tflite)")
+    ap.add_argument("--mp-out", help="also run mixed precision at 75 %% of the weights memory; its results there")
     args = ap.parse_args()
     import tensorflow as tf
     import model_compression_toolkit as mct
@@ -40,6 +41,12 @@ def main():
     tpc = mct.get_target_platform_capabilities("1.0", "imx500")
     quantized = quantize_and_save(model, lambda m, gen: mct.ptq.keras_post_training_quantization(
         m, gen, target_platform_capabilities=tpc)[0], data, args.out)
+    if args.mp_out:
+        mixed_precision_and_save(
+            model, lambda m, gen: mct.core.keras_resource_utilization_data(m, gen, target_platform_capabilities=tpc),
+            lambda m, gen, weights: mct.ptq.keras_post_training_quantization(
+                m, gen, target_resource_utilization=mct.core.ResourceUtilization(weights_memory=weights),
+                target_platform_capabilities=tpc)[0], data, args.mp_out, 0.75)
     if args.tflite_dir:
         mct.exporter.keras_export_model(quantized, str(Path(args.tflite_dir) / "mct_int8.tflite"),
                                         serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,

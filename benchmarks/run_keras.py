@@ -65,14 +65,16 @@ def _run_script(python: Path, script: str, *args: str) -> None:
 
 
 def run_in_venv(python: Path, script: str, keras_model, calib: np.ndarray, evaluation: np.ndarray, tflite_dir: str):
-    """A MobileNetV2 quantization run in another venv (TensorFlow): (seconds, float, quantized logits);
-    its TFLite files go to `tflite_dir`."""
+    """A MobileNetV2 quantization run in another venv (TensorFlow): (seconds, float, quantized logits) of
+    PTQ and (seconds, quantized logits) of mixed precision at 75 % of the weights memory; its TFLite files
+    go to `tflite_dir`."""
     with tempfile.TemporaryDirectory() as folder:
         np.savez(Path(folder) / "in.npz", calib=calib, eval=evaluation, **weights_by_name(keras_model))
         _run_script(python, script, "--data", str(Path(folder) / "in.npz"), "--out", str(Path(folder) / "out.npz"),
-                    "--tflite-dir", tflite_dir)
-        out = np.load(Path(folder) / "out.npz")
-        return float(out["seconds"]), out["float_logits"], out["quantized_logits"]
+                    "--tflite-dir", tflite_dir, "--mp-out", str(Path(folder) / "mp.npz"))
+        out, mp = np.load(Path(folder) / "out.npz"), np.load(Path(folder) / "mp.npz")
+        return (float(out["seconds"]), out["float_logits"], out["quantized_logits"]), (float(mp["seconds"]),
+                                                                                      mp["quantized_logits"])
 
 
 TFLITE_FILES = {"float.tflite": "float (Keras model, TFLite converter)",
@@ -144,12 +146,12 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
         if not python.exists():
             print(f"{tool}: {python} missing, skipped")
             continue
-        seconds, f_o, q_o = run_in_venv(python, script, keras_model, calib_k, eval_k, tflite_dir)
+        (seconds, f_o, q_o), (mp_seconds, mp_o) = run_in_venv(python, script, keras_model, calib_k, eval_k, tflite_dir)
         gap = float(np.abs(f_o - f_k).max())
         if gap > 1e-3:  # the other run's float model must compute the same function as ours
             raise RuntimeError(f"{tool}: its float MobileNetV2 differs from ours: logits differ by {gap}")
         print(f"{tool}: float logits within {gap:.1e} of the Keras 3 model's here")
-        results.append((tool, seconds, f_o, q_o))
+        results += [(tool, seconds, f_o, q_o), (f"{tool}, mixed precision: weights at 75 %", mp_seconds, f_o, mp_o)]
     for tool, seconds, f, q in results:
         if name == "mobilenet_v2":
             fig = _figures(f[:-n_lab], q[:-n_lab], None)
@@ -185,6 +187,9 @@ def main(argv=None) -> None:
             "| model | tool | time (s) | top-1 agreement | SQNR (dB) | labelled |\n|---|---|---:|---:|---:|---:|\n"
             + "\n".join(rows) + "\n\nMCT 2.6.1's Keras PTQ runs in its own venv (TensorFlow 2.15, Keras 2; "
             "`.venv-mct-keras`, benchmarks/peer_mct_keras.py) on the same weights, edited the same way, and data. "
+            "Mixed precision: the weights memory limited to 75 % of what each tool's own "
+            "keras_resource_utilization_data gives (the same definition: issue 16), default "
+            "MixedPrecisionQuantizationConfig (distances measured on 32 images). "
             "hwquant on the TensorFlow backend runs in `.venv-tf` (scripts/setup_keras_tensorflow.sh).\n\n"
             "TFLite files of MobileNetV2 (the TensorFlow-backend run's models; MCT's exported by its own INT8 "
             "exporter), run by ai-edge-litert 2.3 (XNNPACK, 2 threads) at batch 1: size, median latency of one "
