@@ -101,7 +101,8 @@ def test_shift_negative_correction_keeps_the_function_and_lowers_the_error(kit):
                 wc.enable_weights_quantization = False
         if snc:
             assert apply_shift_negative_correction(state, batches) == 1
-            np.testing.assert_allclose(kit.graph_output(copy.deepcopy(state.graph), x), kit.run(model, x),
-                                       rtol=1e-4, atol=1e-4)
+            want = kit.run(model, x)  # (a GPU's TF32 convolutions: ~1e-3 relative)
+            np.testing.assert_allclose(kit.graph_output(copy.deepcopy(state.graph), x), want, rtol=1e-4,
+                                       atol=1e-3 * np.abs(want).max())
         errors.append(((kit.quantized_output(state, x) - kit.run(model, x)) ** 2).mean())
     assert errors[1] < errors[0]
