@@ -4,9 +4,10 @@ figures. Runs on the Keras backend of KERAS_BACKEND (torch by default here).
 
     bash scripts/setup.sh && bash scripts/fetch_assets.sh && .venv/bin/python examples/quantize_keras.py
 
---save-dir DIR keeps each quantized model (`<name>.keras`) with its evaluation data (`<name>.npz`)
-for examples/export_keras_tflite.py, which loads them on the TensorFlow backend and writes INT8
-TFLite files; --tpc tflite quantizes for that runtime (TFLite 1.0 TPC instead of IMX500 1.0).
+--save-dir DIR keeps each quantized model (`<name>.keras`), its float model (`<name>.float.keras`) and
+its calibration and evaluation data (`<name>.npz`) for examples/export_keras_tflite.py, which loads
+them on the TensorFlow backend, quantizes the float models there too, and writes and runs INT8 TFLite
+files; --tpc tflite quantizes for that runtime (TFLite 1.0 TPC instead of IMX500 1.0).
 """
 import argparse
 import os
@@ -37,9 +38,11 @@ def _round_trip(quantized, folder):
     return mct.keras_load_quantized_model(path)
 
 
-def _keep(folder: Path, name: str, quantized, images: np.ndarray, float_logits: np.ndarray, labels) -> None:
+def _keep(folder: Path, name: str, model, quantized, calibration: np.ndarray, images: np.ndarray,
+          float_logits: np.ndarray, labels) -> None:
     mct.exporter.keras_export_model(quantized, folder / f"{name}.keras")
-    np.savez(folder / f"{name}.npz", images=images, float_logits=float_logits,
+    model.save(folder / f"{name}.float.keras")
+    np.savez(folder / f"{name}.npz", calibration=calibration, images=images, float_logits=float_logits,
              quantized_logits=_predict(quantized, images, 64), **({} if labels is None else {"labels": labels}))
 
 
@@ -67,7 +70,7 @@ def main() -> None:
             print(f"Keras ({keras.backend.backend()}) Fashion-MNIST {name:10s}: float {acc(model):.2f} %, "
                   f"W8A8 {acc(quantized):.2f} % ({seconds:.1f} s), saved and reloaded {acc(reloaded):.2f} %")
             if keep:
-                _keep(keep, name, quantized, test_x, _predict(model, test_x), test_y)
+                _keep(keep, name, model, quantized, calibration, test_x, _predict(model, test_x), test_y)
         model = keras_mobilenet_v2_from_torch(torch.load(mobilenet_v2_weights_path(), weights_only=True))
         calib, evaluation = (t.permute(0, 2, 3, 1).numpy() for t in calibration_and_eval_sets(192, 490)[:2])
         start = time.perf_counter()
@@ -78,7 +81,7 @@ def main() -> None:
         print(f"Keras ({keras.backend.backend()}) MobileNetV2: top-1 agreement {100 * (f.argmax(1) == q.argmax(1)).mean():.1f} %, "
               f"SQNR {10 * np.log10((f ** 2).sum() / ((f - q) ** 2).sum()):.1f} dB ({seconds:.1f} s)")
         if keep:
-            _keep(keep, "mobilenet_v2", quantized, evaluation, f, None)
+            _keep(keep, "mobilenet_v2", model, quantized, calib, evaluation, f, None)
 
 
 if __name__ == "__main__":
