@@ -16,3 +16,15 @@ class InvalidConfigError(HwquantError, ValueError):
 
 class ExportError(HwquantError, ValueError):
     """A model cannot be exported as asked (format, model, path or file)."""
+
+
+class FileWriteError(HwquantError, OSError):
+    """A file could not be written (read-only folder, full disk...); the target is untouched and no
+    temporary file is left. errno / strerror / filename are the failure's, filename the target."""
+
+    def __init__(self, path, cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.message = f"cannot write '{path}': {cause.strerror or cause}; choose a writable folder"
+
+    def __str__(self) -> str:
+        return self.message

@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable, List, Union
+
+from hwquant.errors import FileWriteError
 
 
 def _umask() -> int:
@@ -24,25 +26,66 @@ def new_file_mode() -> int:
     return 0o666 & ~_umask()
 
 
+# Temporary files are named `.hwquant-<pid>-<target name>.<random><suffix>`: a writer killed before its
+# rename (SIGKILL, power loss) leaves one behind, which the next write into that folder removes once
+# its process is gone.
+_TEMP_PREFIX = ".hwquant-"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: Path) -> List[Path]:
+    """Remove the temporary files of hwquant writers that no longer run (never this process's own, which
+    another thread may be writing); returns what was removed."""
+    removed = []
+    for entry in folder.glob(f"{_TEMP_PREFIX}*"):
+        pid = entry.name[len(_TEMP_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)) or not entry.is_file():
+            continue
+        try:
+            entry.unlink()
+            removed.append(entry)
+        except OSError:  # gone already, or not ours to remove: leave it
+            pass
+    return removed
+
+
 def write_through_temporary(path: Union[str, os.PathLike], write: Callable[[str], None]) -> Path:
     """Call `write(temporary path)` (a sibling of `path` with its suffix, which writers such as Keras'
     require), then rename the result over `path`.
 
-    Readers see either the old file or the complete new one; on any failure the temporary file
-    is removed and `path` is left untouched.
+    Readers see either the old file or the complete new one; on any failure the temporary file is
+    removed and `path` is left untouched; an OSError becomes a FileWriteError naming `path` (not the
+    temporary file).
     """
     path = Path(path)
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot write '{path}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix or ".tmp", dir=folder)
-    os.close(fd)
+    remove_stale_temporaries(folder)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f"{_TEMP_PREFIX}{os.getpid()}-{path.name}.", suffix=path.suffix or ".tmp",
+                                   dir=folder)
+        os.close(fd)
         write(tmp)
         os.chmod(tmp, new_file_mode())
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise FileWriteError(path, e) from e
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 
