@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import threading
 import traceback
 from typing import Any, Dict, Sequence, Tuple
 
@@ -16,6 +17,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
+from hwquant.concurrency import CAPTURE_LOCK
 from hwquant.core.graph import Graph
 from hwquant.torch.export_capture import capture_with_export
 from hwquant.torch.functional_layers import functional_calls_to_layers
@@ -120,19 +122,48 @@ def _run_failure_hint(example_inputs: Sequence[Any]) -> str:
     return ""
 
 
+class _ThisThreadTracer(fx.Tracer):
+    """torch.fx's tracer, blind to other threads: while it traces, torch.nn.Module.__call__ and
+    __getattr__ are patched process-wide, and a model another thread runs would be recorded into this
+    trace (or fail: "module is not installed as a submodule"); its calls pass through unchanged."""
+
+    def __init__(self):
+        super().__init__()
+        self._thread = threading.get_ident()
+
+    def call_module(self, m, forward, args, kwargs):
+        if threading.get_ident() != self._thread:
+            return forward(*args, **kwargs)
+        return super().call_module(m, forward, args, kwargs)
+
+    def getattr(self, attr, attr_val, parameter_proxy_cache):
+        if threading.get_ident() != self._thread:
+            return attr_val
+        return super().getattr(attr, attr_val, parameter_proxy_cache)
+
+
+def _symbolic_trace(model: torch.nn.Module, concrete_args: Any) -> fx.GraphModule:
+    """fx.symbolic_trace, one capture at a time (concurrency.CAPTURE_LOCK) and blind to other threads."""
+    with CAPTURE_LOCK:
+        tracer = _ThisThreadTracer()
+        graph = tracer.trace(model, concrete_args=concrete_args)
+    return fx.GraphModule(tracer.root, graph, type(model).__name__)
+
+
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Graph:
     """The core graph of `model` (not modified: a copy is traced), with shapes from `example_inputs`."""
     model = copy.deepcopy(model).eval()
     name = type(model).__name__
     concrete = _defaulted_arguments(model, len(example_inputs))
     try:
-        gm = fx.symbolic_trace(model, concrete_args=concrete or None)
+        gm = _symbolic_trace(model, concrete or None)
         if concrete:
             _drop_specialised_inputs(gm, len(example_inputs))
     except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallback
         site, line = _failure_site(fx_error)
         try:
-            return capture_with_export(model, example_inputs, name)
+            with CAPTURE_LOCK:  # (torch.export's dynamo is not thread-safe either)
+                return capture_with_export(model, example_inputs, name)
         except Exception as export_error:  # noqa: BLE001
             raise CaptureError(
                 f"cannot capture {name}: torch.fx failed in {site} ({type(fx_error).__name__}: "

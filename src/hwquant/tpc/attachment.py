@@ -12,12 +12,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from hwquant.errors import InvalidTPCError
 from hwquant.tpc.enums import OperatorSetNames
+from hwquant.concurrency import ContextStack
 from hwquant.tpc.layer_filters import LayerFilterParams
 from hwquant.tpc.legacy import to_tpc
 from hwquant.tpc.schema import QuantizationConfigOptions
 
-# The attachment being filled inside `with fqc:` blocks (the older API registers implicitly).
-_ATTACH_STACK: List["FrameworkQuantizationCapabilities"] = []
+# The attachment being filled inside `with fqc:` blocks (the older API registers implicitly), per thread.
+_ATTACH_STACK = ContextStack()
 
 
 def _layer_name(layer: Any) -> str:
@@ -42,8 +43,8 @@ class OperationsSetToLayers:
         self.name = name
         self.layers = list(layers)
         self.attr_mapping = dict(attr_mapping or {})
-        if _ATTACH_STACK:
-            _ATTACH_STACK[-1].attach(self)
+        if _ATTACH_STACK.top() is not None:
+            _ATTACH_STACK.top().attach(self)
 
     def layer_attr_name(self, tpc_attr: str, layer: Any = None) -> str:
         """The layer's own name for a TPC attribute (values may be per-layer dicts, as in
@@ -107,10 +108,10 @@ class OperationsToLayers:
 def get_current_tpc() -> "FrameworkQuantizationCapabilities":
     """The FrameworkQuantizationCapabilities whose `with` block is open (the one that
     `OperationsSetToLayers(...)` attaches to)."""
-    if not _ATTACH_STACK:
+    if _ATTACH_STACK.top() is None:
         raise InvalidTPCError("no FrameworkQuantizationCapabilities is being defined: get_current_tpc() works "
                               "inside a `with fqc:` block")
-    return _ATTACH_STACK[-1]
+    return _ATTACH_STACK.top()
 
 
 class FrameworkQuantizationCapabilities:
@@ -140,11 +141,11 @@ class FrameworkQuantizationCapabilities:
         self.op_sets_to_layers.add(entry)
 
     def __enter__(self) -> "FrameworkQuantizationCapabilities":
-        _ATTACH_STACK.append(self)
+        _ATTACH_STACK.push(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        _ATTACH_STACK.remove(self)
+        _ATTACH_STACK.pop(self)
 
     # ---- queries ---------------------------------------------------------------------------
     def get_layers_by_opset_name(self, name: Any) -> List[Any]:

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from hwquant.concurrency import ContextStack
 from hwquant.errors import InvalidTPCError
 from hwquant.tpc import schema
 
-_BUILDING: List["TargetPlatformModel"] = []
+_BUILDING = ContextStack()  # the TargetPlatformModel whose `with` block is open, per thread
 
 
 def _register(component: Any) -> Any:
-    if _BUILDING:
-        _BUILDING[-1]._add(component)
+    if _BUILDING.top() is not None:
+        _BUILDING.top()._add(component)
     return component
 
 
@@ -44,10 +45,10 @@ def Fusing(operator_groups_list: list, name: Optional[str] = None) -> schema.Fus
 
 def get_default_quantization_config_options() -> schema.QuantizationConfigOptions:
     """The default options of the model whose `with` block is open."""
-    if not _BUILDING:
+    if _BUILDING.top() is None:
         raise InvalidTPCError("get_default_quantization_config_options() is only available inside a "
                               "`with tp_model:` block")
-    return _BUILDING[-1].default_qco
+    return _BUILDING.top().default_qco
 
 
 class TargetPlatformModel:
@@ -78,11 +79,11 @@ class TargetPlatformModel:
     def __enter__(self) -> "TargetPlatformModel":
         if self._tpc is not None:
             raise InvalidTPCError(f"TPC '{self._fields['name']}' is already built; create a new TargetPlatformModel")
-        _BUILDING.append(self)
+        _BUILDING.push(self)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        _BUILDING.remove(self)
+        _BUILDING.pop(self)
         if exc_type is None:
             self._tpc = schema.TargetPlatformCapabilities(
                 operator_set=tuple(self._operator_sets), fusing_patterns=tuple(self._fusings), **self._fields)

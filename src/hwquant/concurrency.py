@@ -1,0 +1,32 @@
+"""What hwquant's calls share between threads, in one place (README: "Threads").
+
+- ContextStack: the `with` blocks of the older TPC APIs (`with fqc:`, `with TargetPlatformModel(...)`)
+  are per thread: a block one thread opens is not another thread's.
+- CAPTURE_LOCK: torch.fx patches torch.nn.Module.__call__ and __getattr__ process-wide while it
+  traces, and restores them when it ends; two captures at once would restore each other's patches, so
+  captures take turns. Other threads' models run meanwhile: the tracer passes their calls through
+  (torch/capture.py).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, List, Optional
+
+
+class ContextStack(threading.local):
+    """A stack of open `with` blocks, one per thread."""
+
+    def __init__(self):
+        self.items: List[Any] = []
+
+    def push(self, item: Any) -> None:
+        self.items.append(item)
+
+    def pop(self, item: Any) -> None:
+        self.items.remove(item)
+
+    def top(self) -> Optional[Any]:
+        return self.items[-1] if self.items else None
+
+
+CAPTURE_LOCK = threading.RLock()

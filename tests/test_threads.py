@@ -1,0 +1,118 @@
+"""Quantizing in one thread breaks nothing in another: bounded stress tests (threads x rounds) whose
+verdict does not depend on the timing (README: "Threads")."""
+import sys
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import hwquant as mct
+
+
+def _cnn(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(*[m for _ in range(6) for m in (nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())],
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)).eval()
+
+
+def _data(seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    batches = [torch.randn(8, 8, 12, 12, generator=g) for _ in range(2)]
+    return lambda: iter([[b] for b in batches])
+
+
+@pytest.fixture(autouse=True)
+def often_switching_threads():
+    """Threads take turns every 10 us instead of 5 ms: the interleavings a loaded server sees, within a
+    short test."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(before)
+
+
+def _ptq(model):
+    return mct.ptq.pytorch_post_training_quantization(model, _data())[0]
+
+
+def test_other_threads_models_run_unaffected_while_a_model_is_captured():
+    from hwquant.torch.capture import capture
+
+    other, model, x = _cnn(1), _cnn(0), torch.randn(2, 8, 12, 12)
+    with torch.no_grad():
+        want = other(x)
+    errors, runs, done = [], [0], threading.Event()
+
+    def serve():
+        while not done.is_set():
+            try:
+                with torch.no_grad():
+                    if not torch.equal(other(x), want):
+                        errors.append("different output")
+            except Exception as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(f"{type(e).__name__}: {e}")
+            runs[0] += 1
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        for _ in range(10):
+            capture(model, [x])
+        _ptq(model)
+    finally:
+        done.set()
+        server.join(timeout=60)
+    assert runs[0] > 0 and errors == [], errors[:3]
+
+
+def test_concurrent_quantizations_give_the_sequential_results():
+    model, x = _cnn(0), torch.randn(4, 8, 12, 12)  # (made here: torch's random generator is process-wide)
+    with torch.no_grad():
+        want = _ptq(model)(x)
+    results, errors = [], []
+
+    def quantize():
+        try:
+            for _ in range(2):
+                with torch.no_grad():
+                    results.append(_ptq(model)(x))
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=quantize) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [] and len(results) == 6, errors[:3]
+    assert all(torch.equal(r, want) for r in results)
+
+
+def test_an_open_tpc_block_belongs_to_its_thread():
+    """`with fqc:` in one thread: OperationsSetToLayers made in another thread attach nowhere, and
+    get_current_tpc() there says no block is open."""
+    from hwquant.errors import InvalidTPCError
+    from hwquant.tpc import FrameworkQuantizationCapabilities, OperationsSetToLayers
+
+    fqc = FrameworkQuantizationCapabilities(mct.get_target_platform_capabilities("1.0"))
+    opened, checked, seen = threading.Event(), threading.Event(), []
+
+    def other():
+        opened.wait(10)
+        OperationsSetToLayers("Conv", [nn.Conv1d])
+        try:
+            mct.target_platform_capabilities.get_current_tpc()
+        except InvalidTPCError:
+            seen.append("no block open here")
+        checked.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    with fqc:
+        opened.set()
+        checked.wait(10)
+        OperationsSetToLayers("Conv", [nn.Conv2d])
+        assert mct.target_platform_capabilities.get_current_tpc() is fqc
+    t.join(10)
+    assert seen == ["no block open here"] and fqc.get_layers_by_opset_name("Conv") == [nn.Conv2d]
