@@ -182,3 +182,35 @@ def test_mixed_precision_model_swaps_candidates_exactly(version, seed):
     x = data[1]
     np.testing.assert_allclose(model.predict_on_batch(x), build_quantized_model(state.graph).predict_on_batch(x),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_concurrent_keras_quantizations_give_the_sequential_results():
+    """3 threads x 2 PTQs of one model, threads switching every 10 us: each result equals the sequential one."""
+    import sys
+    import threading
+
+    data, model = _batches(), _net()
+    gen = lambda: iter([[b] for b in data])  # noqa: E731
+    x = data[1]
+    want = np.asarray(mct.ptq.keras_post_training_quantization(model, gen)[0].predict_on_batch(x))
+    results, errors = [], []
+
+    def quantize():
+        try:
+            for _ in range(2):
+                results.append(np.asarray(mct.ptq.keras_post_training_quantization(model, gen)[0].predict_on_batch(x)))
+        except Exception as e:  # noqa: BLE001 - any failure is the finding
+            errors.append(f"{type(e).__name__}: {e}")
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=quantize) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    finally:
+        sys.setswitchinterval(before)
+    assert errors == [] and len(results) == 6, errors[:3]
+    assert all(np.array_equal(r, want) for r in results)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 
 import keras
 
+from hwquant.concurrency import KERAS_LOCK
 from hwquant.errors import ExportError
 from hwquant.exporter.formats import KerasExportSerializationFormat as KSF
 from hwquant.exporter.formats import QuantizationFormat as QF
@@ -60,7 +61,14 @@ def _export_onnx(model: Any, tmp: str) -> None:
 
 def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
                        serialization_format: Any = KSF.KERAS, quantization_format: Any = QF.MCTQ) -> Path:
-    """Export a Keras model quantized by hwquant; returns the path written (see the module docstring)."""
+    """Export a Keras model quantized by hwquant; returns the path written (see the module docstring).
+    Keras calls take turns (concurrency.KERAS_LOCK)."""
+    with KERAS_LOCK:
+        return _export(model, save_model_path, is_layer_exportable_fn, serialization_format, quantization_format)
+
+
+def _export(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]],
+            serialization_format: Any, quantization_format: Any) -> Path:
     serialization = as_format(serialization_format, KSF, "serialization_format")
     quantization = as_format(quantization_format, QF, "quantization_format")
     if quantization not in SUPPORTED[serialization]:

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from hwquant.concurrency import KERAS_LOCK
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
@@ -49,11 +50,12 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     start = time.perf_counter()
     tpc_source = target_platform_capabilities if target_platform_capabilities is not None \
         else get_target_platform_capabilities()
-    state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
-    state.target = target_resource_utilization
-    run_ptq(state, data)
-    # (the bias-correction judge's model is this graph's quantized model: no second build)
-    model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
+    with KERAS_LOCK:
+        state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
+        state.target = target_resource_utilization
+        run_ptq(state, data)
+        # (the bias-correction judge's model is this graph's quantized model: no second build)
+        model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
     log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, user_information(state, state.adapter)
@@ -68,11 +70,12 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
     from hwquant.core.resource_utilization import base_config, compute_resource_utilization
     from hwquant.tpc import get_target_platform_capabilities
 
-    state, _ = _session(in_model, representative_data_gen, core_config,
-                        target_platform_capabilities if target_platform_capabilities is not None
-                        else get_target_platform_capabilities())
-    prepare(state)
-    return compute_resource_utilization(state.graph, base_config, state.adapter)
+    with KERAS_LOCK:
+        state, _ = _session(in_model, representative_data_gen, core_config,
+                            target_platform_capabilities if target_platform_capabilities is not None
+                            else get_target_platform_capabilities())
+        prepare(state)
+        return compute_resource_utilization(state.graph, base_config, state.adapter)
 
 
 def keras_load_quantized_model(filepath: Any, compile: bool = True) -> Any:
