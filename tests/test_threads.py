@@ -116,3 +116,27 @@ def test_an_open_tpc_block_belongs_to_its_thread():
         assert mct.target_platform_capabilities.get_current_tpc() is fqc
     t.join(10)
     assert seen == ["no block open here"] and fqc.get_layers_by_opset_name("Conv") == [nn.Conv2d]
+
+
+def test_concurrent_onnx_exports_write_the_sequential_file(tmp_path):
+    model = _cnn(0)
+    quantized = _ptq(model)
+    want = mct.exporter.pytorch_export_model(quantized, tmp_path / "want.onnx", _data()).read_bytes()
+    errors = []
+
+    def export(k):
+        try:
+            for r in range(2):
+                mct.exporter.pytorch_export_model(quantized, tmp_path / f"t{k}_{r}.onnx", _data())
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=export, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == [], errors[:3]
+    files = sorted(tmp_path.glob("t*.onnx"))
+    assert len(files) == 6 and all(f.read_bytes() == want for f in files)
+    assert not list(tmp_path.glob(".hwquant-*"))  # no temporary left

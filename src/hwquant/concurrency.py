@@ -4,7 +4,8 @@
   are per thread: a block one thread opens is not another thread's.
 - CAPTURE_LOCK: torch.fx patches torch.nn.Module.__call__ and __getattr__ process-wide while it
   traces, and restores them when it ends; two captures at once would restore each other's patches, so
-  captures take turns. Other threads' models run meanwhile: the tracer passes their calls through
+  captures take turns, and so do ONNX / TorchScript exports (torch.onnx keeps its exporting state in
+  module globals). Other threads' models run meanwhile: the tracer passes their calls through
   (torch/capture.py).
 - KERAS_LOCK: Keras quantization calls take turns. Run concurrently on Keras' TensorFlow backend, one
   stress run in 14 went wrong (cause not found: Keras' and TensorFlow's own global state are candidates);

@@ -13,6 +13,7 @@ import onnx
 import torch
 from torch import nn
 
+from hwquant.concurrency import CAPTURE_LOCK
 from hwquant.errors import ExportError
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
 from hwquant.torch.imx500_forms import rewrite_for_imx500
@@ -126,7 +127,8 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
                           "output(s); give one name per output")
     inputs = _input_names(model, len(example))
     buffer = io.BytesIO()
-    with warnings.catch_warnings():
+    # (torch.onnx keeps its exporting state in module globals: exports take turns with captures)
+    with CAPTURE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(marked, tuple(example), buffer, dynamo=False, opset_version=opset,
                           input_names=inputs, output_names=out_names, do_constant_folding=True,
@@ -135,7 +137,7 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
 
 
 def to_torchscript(model: nn.Module, example: Sequence[torch.Tensor], extra_files: Dict[str, str]) -> bytes:
-    with torch.no_grad(), warnings.catch_warnings():
+    with CAPTURE_LOCK, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated in favour of torch.export
         traced = torch.jit.trace(copy.deepcopy(model).eval(), tuple(example), check_trace=False)
