@@ -27,11 +27,12 @@ class _Kit:
         return [[self.tensor(scale * rng.standard_normal((batch,) + tuple(in_shape)).astype(np.float32))]
                 for _ in range(n)]
 
-    def state(self, model: Any, batches: List[list], **qc: Any) -> PipelineState:
-        """A pipeline state calibrated on `batches` with parameters computed (before any correction)."""
+    def state(self, model: Any, batches: List[list], tpc: Any = None, **qc: Any) -> PipelineState:
+        """A pipeline state calibrated on `batches` with parameters computed (before any correction);
+        `qc`: QuantizationConfig fields, `tpc`: the default TPC unless given."""
         graph = self.capture(model, batches[0])
         state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), self.adapter(graph),
-                              get_target_platform_capabilities())
+                              tpc or get_target_platform_capabilities())
         prepare(state)
         calibrate(state, batches)
         select_base_configs(state.graph)

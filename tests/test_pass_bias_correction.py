@@ -6,28 +6,16 @@ import pytest
 import torch
 from torch import nn
 
+from backend_kit import TorchKit
 from hwquant.core import quant_math
-from hwquant.core.candidates import select_base_configs
-from hwquant.core.config import CoreConfig, QuantizationConfig
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
 from hwquant.core.node_params import set_weights_params
-from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
 from hwquant.torch.adapter import PytorchAdapter
-from hwquant.torch.capture import capture
-from hwquant.tpc.platforms import get_target_platform_capabilities
 
 torch.manual_seed(0)
 
 
-def _state(model, batches, **qc):
-    graph = capture(model.eval(), batches[0])
-    state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), PytorchAdapter(),
-                          get_target_platform_capabilities())
-    prepare(state)
-    calibrate(state, batches)
-    select_base_configs(state.graph)
-    compute_parameters(state)
-    return state
+_state = TorchKit().state  # (model, batches, **QuantizationConfig fields): calibrated, parameters computed
 
 
 def _coarsen(node, bits=3):

@@ -7,14 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backend_kit import TorchKit
 from hwquant.constants import SIGNED, THRESHOLD
-from hwquant.core.candidates import select_base_configs
-from hwquant.core.config import CoreConfig, QuantizationConfig
 from hwquant.core.passes.shift_negative import apply_shift_negative_correction, shift_value
-from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
-from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
 from hwquant.tpc.enums import Signedness
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
@@ -23,14 +19,7 @@ torch.manual_seed(0)
 
 def _state(model, batches, tpc=None, **qc):
     qc.setdefault("shift_negative_ratio", 0.3)
-    graph = capture(model.eval(), batches[0])
-    state = PipelineState(graph, CoreConfig(quantization_config=QuantizationConfig(**qc)), PytorchAdapter(),
-                          tpc or get_target_platform_capabilities())
-    prepare(state)
-    calibrate(state, batches)
-    select_base_configs(state.graph)
-    compute_parameters(state)
-    return state
+    return TorchKit().state(model, batches, tpc, **qc)
 
 
 def _batches(shape, n=3, scale=3.0):
