@@ -80,12 +80,9 @@ tensorflow_only = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
 
 
 def _tflite_ops(path):
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
+    from hwquant.keras.tflite_int8 import read_tflite
 
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    flat = flatbuffer_utils.read_model(str(path))
-    kinds = [names[max(c.builtinCode, c.deprecatedBuiltinCode)] for c in flat.operatorCodes]
+    flat, kinds = read_tflite(path.read_bytes())
     graph = flat.subgraphs[0]
     return [kinds[op.opcodeIndex] for op in graph.operators], graph
 

@@ -158,16 +158,23 @@ def _integer_model(model: Any, batch_size: int) -> Any:
     return keras.models.clone_model(model, clone_function=replace, input_tensors=inputs if len(inputs) > 1 else inputs[0])
 
 
-def float_operations(tflite: bytes) -> List[str]:
-    """The operations of a TFLite file that compute on floats, other than the QUANTIZE of a graph input
-    and the DEQUANTIZE of a graph output, as "OP(output tensor name)"."""
+def read_tflite(tflite: bytes) -> tuple:
+    """(the file's flatbuffer object, each operator code's builtin name: kinds[op.opcodeIndex])."""
     from tensorflow.lite.python import schema_py_generated as schema
     from tensorflow.lite.tools import flatbuffer_utils
 
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    integer = {schema.TensorType.INT8, schema.TensorType.INT32}
     flat = flatbuffer_utils.convert_bytearray_to_object(bytearray(tflite))
-    kinds = [names.get(max(c.builtinCode, c.deprecatedBuiltinCode), str(c.builtinCode)) for c in flat.operatorCodes]
+    return flat, [names.get(max(c.builtinCode, c.deprecatedBuiltinCode), str(c.builtinCode)) for c in flat.operatorCodes]
+
+
+def float_operations(tflite: bytes) -> List[str]:
+    """The operations of a TFLite file that compute on floats, other than the QUANTIZE of a graph input
+    and the DEQUANTIZE of a graph output, as "OP(output tensor name)"."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    integer = {schema.TensorType.INT8, schema.TensorType.INT32}
+    flat, kinds = read_tflite(tflite)
     out = []
     for graph in flat.subgraphs:
         inputs, outputs = set(graph.inputs), set(graph.outputs)
@@ -259,7 +266,8 @@ def layer_parity(model: Any, tflite: bytes, x: Any) -> Dict[str, float]:
         diffs = [np.abs(f.reshape(reference.shape) - reference).max() for f in found]
         return (found[int(np.argmin(diffs))].reshape(reference.shape), min(diffs)) if found else (None, np.inf)
 
-    in_file = {h.name: closest(candidates(h, sim.size), sim)[0] for h, sim in zip(holders, whole)}
+    found = {h.name: candidates(h, sim.size) for h, sim in zip(holders, whole)}
+    in_file = {h.name: closest(found[h.name], sim)[0] for h, sim in zip(holders, whole)}
     inputs = {t._keras_history.operation.name: v for t, v in zip(model.inputs, xs)}
 
     def present_upstream(tensor: Any) -> List[Any]:
@@ -279,6 +287,6 @@ def layer_parity(model: Any, tflite: bytes, x: Any) -> Dict[str, float]:
         upstream = present_upstream(holder.input)
         feeds = [inputs.get(t._keras_history.operation.name, in_file.get(t._keras_history.operation.name)) for t in upstream]
         segment = _numpy(keras.Model(upstream, holder.output)(feeds))
-        out[holder.name] = float(closest(candidates(holder, sim.size), segment)[1] / float(np.asarray(
+        out[holder.name] = float(closest(found[holder.name], segment)[1] / float(np.asarray(
             holder.activation_holder_quantizer.grid.scale)))
     return out
