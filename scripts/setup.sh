@@ -6,3 +6,13 @@ cd "$(dirname "$0")/.."
 bash scripts/venv_cpu_torch.sh .venv
 VPY=.venv/bin/python
 "$VPY" -m pip install --quiet -e ".[torch,onnx,keras,test]"
+# The code of the packages that call hwquant as model_compression_toolkit (Ultralytics' IMX500 export,
+# Sony's edge-mdt-tpc and edge-mdt-cl), kept out of .venv (--no-deps --target): the tests read their
+# sources and import edge-mdt-tpc's TPC modules against hwquant (tests/test_downstream_mct_users.py).
+DOWNSTREAM=.cache/downstream
+if [ ! -f "$DOWNSTREAM/.complete-8.4.190-1.3.0-1.1.1" ]; then
+    rm -rf "$DOWNSTREAM"
+    "$VPY" -m pip install --quiet --no-deps --target "$DOWNSTREAM" \
+        ultralytics==8.4.190 edge-mdt-tpc==1.3.0 edge-mdt-cl==1.1.1
+    touch "$DOWNSTREAM/.complete-8.4.190-1.3.0-1.1.1"
+fi

@@ -171,6 +171,49 @@ def test_a_non_power_of_two_activation_grid_is_named(tmp_path, caplog):
     assert "ActivationUniformQuantizer" in caplog.text and "power-of-two" in caplog.text
 
 
+class CallersWrapper(nn.Module):
+    """A caller's module around the quantized model, as Ultralytics puts its NMS layer around it: here a
+    post-processing step of its own after the quantized block."""
+
+    def __init__(self, quantized):
+        super().__init__()
+        self.model = quantized
+
+    def forward(self, x):
+        return torch.relu(self.model(x)) * 2.0
+
+
+def test_the_imx500_forms_reach_a_quantized_model_inside_a_callers_wrapper(encoder, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="hwquant.exporter"):
+        proto = _export(CallersWrapper(encoder), tmp_path / "wrapped.onnx")
+    assert "will refuse" not in caplog.text and converter_problems(proto) == []
+    products = [r for r in _matmul_input_ranks(proto).values() if not r[2]]
+    assert len(products) == 2 * 4 and all(r[:2] == (3, 3) for r in products)  # head by head, as unwrapped
+    props = {p.key: p.value for p in proto.metadata_props}  # the wrapped model's metadata
+    assert props["tpc_platform_type"] == "imx500" and props["tpc_minor_version"] == "4"
+    x = _batches(seed=4)[0][0][:2]
+    sess = mct.exporter.mctq_inference_session(proto)
+    with torch.no_grad():
+        ref = CallersWrapper(encoder)(x).numpy()
+    assert np.abs(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0] - ref).max() <= 0.05 * np.abs(ref).max()
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["adds-dynamo-False", "forces-dynamo-True"])
+def test_the_export_works_whatever_wrapper_a_caller_puts_around_torch_onnx_export(encoder, tmp_path, monkeypatch,
+                                                                                  forced):
+    """Ultralytics wraps torch.onnx.export to add dynamo=False to every call (torch >= 2.9): the exporter
+    must not go through torch.onnx.export, whose keyword would then come twice."""
+    original, calls = torch.onnx.export, []
+
+    def callers_export(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs, dynamo=forced)
+    monkeypatch.setattr(torch.onnx, "export", callers_export)
+    proto = _export(encoder, tmp_path / "m.onnx")
+    assert converter_problems(proto) == [] and any(n.op_type == "ActivationPOTQuantizer" for n in proto.graph.node)
+    assert calls == []  # the TorchScript exporter is called directly
+
+
 def _graph(nodes, inputs, opset=17, initializers=()):
     out = onnx.helper.make_tensor_value_info(nodes[-1].output[0], onnx.TensorProto.FLOAT, None)
     return onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", inputs, [out], list(initializers)),

@@ -17,9 +17,15 @@ from hwquant.tpc.platforms import get_target_platform_capabilities
 torch.manual_seed(0)
 
 
+def _pot_tpc_without_platform():
+    """IMX500 1.0's operator options on no named platform: a target that does not need every kernel's output
+    quantized, so the shifted activation is fused into the add and left float."""
+    return get_target_platform_capabilities("1.0", "imx500").model_copy(update={"tpc_platform_type": None})
+
+
 def _state(model, batches, tpc=None, **qc):
     qc.setdefault("shift_negative_ratio", 0.3)
-    return TorchKit().state(model, batches, tpc, **qc)
+    return TorchKit().state(model, batches, tpc or _pot_tpc_without_platform(), **qc)
 
 
 def _batches(shape, n=3, scale=3.0):
@@ -200,3 +206,42 @@ def test_statistics_of_shifted_tensors_are_derived_exactly(data):
         # same distribution up to one bin width (the windows are laid out differently)
         assert dc.sum() == fc.sum()
         assert np.abs(np.sort(centres(de, dc)) - np.sort(centres(fe, fc))).max() <= 1.01 * max(d.bin_width, f.bin_width)
+
+
+def _silu_net():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.SiLU(), nn.Conv2d(8, 4, 3, padding=1)).eval()
+
+
+def test_on_the_imx500_the_shifted_activation_stays_quantized_at_16_bits(caplog):
+    """The IMX500 converter refuses a Conv -> SiLU group whose output has no quantizer: where the TPC offers
+    16-bit activations (IMX500 4.0), the SiLU keeps a 16-bit signed quantizer in front of the 8-bit unsigned add."""
+    batches, model = _batches((4, 3, 8, 8)), _silu_net()
+    state = _state(model, batches, tpc=get_target_platform_capabilities("4.0", "imx500"))
+    silu = state.graph.node("_1")
+    t = silu.final_config.activation_quantization_cfg.activation_quantization_params[THRESHOLD]
+    with caplog.at_level("INFO", logger="hwquant.passes"):
+        assert apply_shift_negative_correction(state, batches) == 1
+    assert "keeps the output of 1 of 1 shifted activations quantized (16 bits)" in caplog.text
+    (add,) = _adds(state.graph)
+    a, s = add.final_config.activation_quantization_cfg, silu.final_config.activation_quantization_cfg
+    assert a.quantized and a.activation_n_bits == 8 and a.activation_quantization_params == {THRESHOLD: t, SIGNED: False}
+    assert s.quantized and s.activation_n_bits == 16 and s.activation_quantization_params[SIGNED] is True
+    assert silu.fused_into != add.name and not any(add.name in g for g in state.fused_groups)
+    x = torch.cat([b[0] for b in batches])
+    quantized = state.adapter.build(state.graph, quantized=True)
+    holders = [m for m in quantized.modules() if type(m).__name__ == "PytorchActivationQuantizationHolder"]
+    assert sorted(h.activation_holder_quantizer.num_bits for h in holders) == [8, 8, 8, 16]  # input, add, output; silu
+    with torch.no_grad():
+        assert torch.allclose(build_module(state.graph)(x), model(x), atol=1e-4)
+        assert quantized(x).shape == (12, 4, 8, 8)
+
+
+def test_on_the_imx500_without_16_bit_activations_the_shift_is_skipped(caplog):
+    """IMX500 1.0 offers no 16-bit activation: the SiLU's output must stay quantized at 8 bits, where the
+    shift would gain nothing, so it is not shifted, and the log says why."""
+    batches = _batches((4, 3, 8, 8))
+    state = _state(_silu_net(), batches, tpc=get_target_platform_capabilities("1.0", "imx500"))
+    with caplog.at_level("INFO", logger="hwquant.passes"):
+        assert apply_shift_negative_correction(state, batches) == 0
+    assert "needs its output quantized and the TPC offers no 16-bit activation" in caplog.text
+    assert state.graph.node("_1").final_config.activation_quantization_cfg.quantized and not _adds(state.graph)

@@ -14,6 +14,9 @@ from hwquant.core.quantization_config import DEFAULTCONFIG, ChannelAxis, CustomO
 
 
 def __getattr__(name: str):
+    if name == "common":  # MCT's internal module path that downstream code reaches (see core/common)
+        import importlib
+        return importlib.import_module("hwquant.core.common")
     # Framework facades live with their framework; loaded on first use so importing core never loads torch.
     if name == "pytorch_resource_utilization_data":
         from hwquant.torch.resource_utilization_data import pytorch_resource_utilization_data

@@ -27,7 +27,8 @@ SUPPORTED_OPS = frozenset("""
     Split Sqrt Squeeze Sub Tanh TopK Transpose Unsqueeze
     ActivationPOTQuantizer WeightsPOTQuantizer WeightsSymmetricQuantizer WeightsLUTSymmetricQuantizer
     WeightsLUTPOTQuantizer
-""".split())
+    MultiClassNMS MultiClassNMSWithIndices MultiClassNMSOBB FasterRCNNBoxDecode
+""".split())  # the last line: Sony's edge-mdt-cl layers, made for this converter (Ultralytics' NMS layer)
 
 _WHY = {
     "Erf": "GELU written with Erf below opset 20: export with onnx_opset_version=20 (or leave it unset), "

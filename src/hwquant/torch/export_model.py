@@ -7,7 +7,7 @@ import copy
 import io
 import warnings
 import weakref
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import onnx
 import torch
@@ -79,17 +79,17 @@ def _input_names(model: nn.Module, n: int) -> List[str]:
 def _traced_sizes(model: nn.Module) -> None:
     """A torch.export capture reads sizes with ``aten.sym_size``, which the ONNX tracer sees as plain
     integers: the traced batch would be baked into every reshape of a file that declares a dynamic
-    batch. As ``x.size(d)`` and tensor-method reshapes the tracer records them as Shape operators."""
-    if not isinstance(model, torch.fx.GraphModule):
-        return
+    batch. As ``x.size(d)`` and tensor-method reshapes the tracer records them as Shape operators.
+    Every captured graph in `model` is rewritten: the model itself, or one held by a caller's wrapper."""
     methods = {torch.ops.aten.sym_size.int: "size", torch.ops.aten.reshape.default: "reshape",
                torch.ops.aten.view.default: "view", torch.ops.aten.expand.default: "expand"}
-    changed = False
-    for node in model.graph.nodes:
-        if node.op == "call_function" and node.target in methods:
-            node.op, node.target, changed = "call_method", methods[node.target], True
-    if changed:
-        model.recompile()
+    for graph_module in (m for m in model.modules() if isinstance(m, torch.fx.GraphModule)):
+        changed = False
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and node.target in methods:
+                node.op, node.target, changed = "call_method", methods[node.target], True
+        if changed:
+            graph_module.recompile()
 
 
 def is_pytorch_layer_exportable(layer: nn.Module) -> bool:
@@ -106,6 +106,14 @@ def is_pytorch_layer_exportable(layer: nn.Module) -> bool:
     if isinstance(layer, PytorchActivationQuantizationHolder):
         return isinstance(layer.activation_holder_quantizer, BasePyTorchInferableQuantizer)
     return isinstance(layer, nn.Module)
+
+
+def torchscript_onnx_export() -> Callable[..., Any]:
+    """torch's TorchScript-based ONNX exporter, the one whose custom-operator symbolics write the quantizer
+    markers. `torch.onnx.utils.export` is that exporter on every torch 2.x, and does not go through
+    `torch.onnx.export`, which callers wrap (Ultralytics adds `dynamo=False` to every call on torch >= 2.9)
+    and whose default became the torch.export-based exporter in torch 2.9."""
+    return torch.onnx.utils.export
 
 
 def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
@@ -130,9 +138,9 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
     # (torch.onnx keeps its exporting state in module globals: exports take turns with captures)
     with CAPTURE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torch.onnx.export(marked, tuple(example), buffer, dynamo=False, opset_version=opset,
-                          input_names=inputs, output_names=out_names, do_constant_folding=True,
-                          dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
+        torchscript_onnx_export()(marked, tuple(example), buffer, opset_version=opset,
+                                  input_names=inputs, output_names=out_names, do_constant_folding=True,
+                                  dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
     return onnx.load_from_string(buffer.getvalue())
 
 

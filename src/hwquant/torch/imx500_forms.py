@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import operator
-from typing import Sequence
+from typing import Dict, List, Sequence, Tuple
 
 import torch
 from torch import fx, nn
@@ -64,9 +64,24 @@ def rewrite_for_imx500(model: nn.Module, example: Sequence[torch.Tensor]) -> int
             parent_name, _, child = name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, _LinearOn4D(module))
             count += 1
-    if isinstance(model, fx.GraphModule):
-        count += _matmuls_head_by_head(model, example)
+    for graph_module, inputs in _graph_modules_and_inputs(model, example):
+        count += _matmuls_head_by_head(graph_module, inputs)
     return count
+
+
+def _graph_modules_and_inputs(model: nn.Module, example: Sequence[torch.Tensor]) -> List[Tuple[fx.GraphModule, tuple]]:
+    """Every captured graph inside `model` (the model itself, or the quantized model a caller's wrapper
+    holds, such as Ultralytics' NMS layer) with the inputs it gets when `model` runs on `example`."""
+    graphs = [m for m in model.modules() if isinstance(m, fx.GraphModule)]
+    seen: Dict[int, tuple] = {}
+    hooks = [g.register_forward_pre_hook(lambda module, args: seen.setdefault(id(module), args)) for g in graphs]
+    try:
+        with torch.no_grad():
+            model(*example)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [(g, seen[id(g)]) for g in graphs if id(g) in seen]
 
 
 def _heads(node: fx.Node) -> int:

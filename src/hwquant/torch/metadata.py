@@ -19,4 +19,6 @@ def attach_metadata(model: nn.Module, metadata: Dict[str, Any]) -> None:
 
 
 def read_metadata(model: nn.Module) -> Optional[Dict[str, Any]]:
-    return getattr(model, METADATA_ATTR, None)
+    """The metadata of `model`, or of the quantized model it holds (a caller's wrapper around it, such as
+    Ultralytics' NMS layer): the first module, in `modules()` order, that carries it."""
+    return next((found for m in model.modules() if (found := getattr(m, METADATA_ATTR, None)) is not None), None)

@@ -23,8 +23,11 @@ The graph computes the same float function; `apply_shift_negative_correction` ed
 - the new add node takes over the activation's quantizer: the activation's config with
   signedness UNSIGNED and params {threshold: t, signed: False}, or, with
   `shift_negative_threshold_recalculation`, params recomputed from the shifted statistics;
-- the activation's own output is no longer quantized (it is fused into the add; MCT keeps it at
-  16 bits, i.e. near-float); it joins the add in a fused group;
+- the activation's own output: where the target needs every kernel's output quantized (the IMX500:
+  its converter refuses a Conv -> SiLU group whose output has no quantizer), it stays quantized at
+  16 bits (as MCT), its parameters recomputed for 16 bits; where the TPC offers no 16-bit activation
+  for it there, the activation is not shifted (at its own width the shift would gain nothing).
+  Elsewhere it is no longer quantized (near-float, as MCT's 16 bits) and joins the add in a fused group;
 - statistics: the add node, the bypass ops and the pad node have new tensors; their statistics
   are derived from the collected ones (x + c: `TensorStatistics.shifted`; a pad also gets its
   border of c), so every statistics entry describes the graph as it now is (bias correction then
@@ -48,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from hwquant.constants import SIGNED, THRESHOLD
+from hwquant.constants import IMX500_TPC, SIGNED, THRESHOLD
 from hwquant.core.framework_adapter import spatial_axes
 from hwquant.core.graph import Node
 from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
@@ -65,6 +68,11 @@ log = logging.getLogger("hwquant.passes")
 SNC_ACTIVATIONS = frozenset({"silu", "swish", "gelu", "hardswish", "elu", "celu", "selu", "mish", "prelu",
                              "leaky_relu"})
 _SHIFTABLE_METHODS = (QuantizationMethod.POWER_OF_TWO, QuantizationMethod.SYMMETRIC)
+# Bit width of the shifted activation's own output where the target needs it quantized (MCT's choice).
+NEAR_FLOAT_BITS = 16
+# Platforms whose compiler needs every kernel's output quantized (a fused kernel -> activation group
+# included), so the activation in front of the shift cannot be left float.
+_QUANTIZED_KERNEL_OUTPUT_PLATFORMS = frozenset({IMX500_TPC})
 
 
 @dataclasses.dataclass
@@ -129,6 +137,16 @@ def _tpc_allows(state: "PipelineState", node: Node, n_bits: int) -> bool:
                for o in qco.quantization_configurations)
 
 
+def _needs_quantized_output(state: "PipelineState") -> bool:
+    return state.fqc is not None and state.fqc.tpc.tpc_platform_type in _QUANTIZED_KERNEL_OUTPUT_PLATFORMS
+
+
+def _offers_near_float_bits(state: "PipelineState", act: Node) -> bool:
+    qco = state.fqc.get_qco(act.type, act.framework_attr)
+    return any(o.enable_activation_quantization and o.activation_n_bits == NEAR_FLOAT_BITS
+               for o in qco.quantization_configurations)
+
+
 def _new_config(template: NodeQuantizationConfig, quantized: bool) -> NodeQuantizationConfig:
     activation = copy.deepcopy(template.activation_quantization_cfg)
     activation.enable_activation_quantization = quantized
@@ -185,7 +203,13 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
         adapter.set_linear_layer(layer, w, new_bias)
     else:
         layer.set_weight(bias_attr, new_bias)
-    # 3. the activation's output is no longer quantized: it is fused into the add
+    # 3. the activation's own output: kept quantized where the target needs it, else fused into the add
+    if _needs_quantized_output(state):
+        for cfg in [*act.candidates, act.final_config]:
+            cfg.activation_quantization_cfg.activation_n_bits = NEAR_FLOAT_BITS
+        set_activation_params(act.final_config, state.statistics[act.name])
+        act.candidates = [act.final_config.clone()]
+        return add, pad
     for cfg in [*act.candidates, act.final_config]:
         cfg.activation_quantization_cfg.enable_activation_quantization = False
     for node in graph:
@@ -243,6 +267,11 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
             log.info("shift-negative correction skips '%s': the TPC does not quantize its Add with %d bits",
                      act.name, n_bits)
             continue
+        if _needs_quantized_output(state) and not _offers_near_float_bits(state, act):
+            # its own output must stay quantized, and at its own width the shift would gain nothing
+            log.info("shift-negative correction skips '%s': platform '%s' needs its output quantized and the TPC "
+                     "offers no %d-bit activation for it", act.name, state.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
+            continue
         add, pad = _apply(state, plan)
         adds.append(add)
         bypassed += [n for n in plan.bypass if n.final_config is not None
@@ -251,6 +280,13 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
         recollect += _shift_statistics(state, plan, add, pad, getattr(data, "uniform_shapes", False))
     if not adds:
         return 0
+    shifted = {a.inputs[0] for a in adds}
+    kept = [n for n in state.graph if n.name in shifted and n.final_config.activation_quantization_cfg.quantized]
+    if kept:
+        log.info("shift-negative correction keeps the output of %d of %d shifted activations quantized (%s bits): "
+                 "platform '%s' needs every kernel's output quantized", len(kept), len(adds),
+                 "/".join(sorted({str(n.final_config.activation_quantization_cfg.activation_n_bits) for n in kept})),
+                 state.fqc.tpc.tpc_platform_type)
     if recollect:
         collect_statistics(state, recollect, data)
     for add in adds:

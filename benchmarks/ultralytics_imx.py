@@ -1,0 +1,247 @@
+"""Ultralytics' own IMX500 export, `YOLO(...).export(format="imx")`, run unchanged with hwquant or with MCT.
+
+    .venv/bin/python benchmarks/ultralytics_imx.py --toolkit hwquant --model yolov8n --work DIR --out result.json
+    .venv-mct/bin/python benchmarks/ultralytics_imx.py --toolkit mct --model yolov8n --work DIR --out result.json
+
+Ultralytics' code is not edited: with `--toolkit hwquant` the process enables hwquant.mct_alias, so the
+`import model_compression_toolkit` of ultralytics/utils/export/imx.py and edge-mdt-tpc gives hwquant; with
+`--toolkit mct` it is the real MCT of the virtualenv. Offline: the network is built from Ultralytics' yaml
+(seeded random weights), its batch-norm statistics re-estimated on real photographs (so the layers compute
+something with real ranges), and the calibration data is a local dataset folder of real photographs with
+empty label files (Ultralytics' calibration loader: letterbox to 640, /255). Sony's converter (imxconv-pt)
+is found on PATH, as Ultralytics looks for it.
+
+Measured, beside the export (which is not changed): the PTQ call's wall time and peak resident memory
+(the facade is wrapped to time it and keep its model), the whole export's wall time and the process's peak
+memory, output SQNR of boxes and scores against the float model on held-out photographs, in PyTorch and
+through an ONNX file (the quantized model without the NMS layer, exported by the toolkit's own exporter and
+run by ONNX Runtime with mct-quantizers' operators), the converter's verdict and its memory report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+N_CALIB, IMGSZ = 32, 640
+
+
+def _offline_ultralytics(work: Path) -> None:
+    """Ultralytics' settings for a machine without the network (its font download included)."""
+    cfg = work / "ultralytics_config"
+    cfg.mkdir(parents=True, exist_ok=True)
+    font = cfg / "Arial.ttf"
+    if not font.exists():
+        import matplotlib
+        shutil.copy(Path(matplotlib.get_data_path()) / "fonts/ttf/DejaVuSans.ttf", font)
+    os.environ.update(YOLO_CONFIG_DIR=str(cfg), YOLO_OFFLINE="1", YOLO_AUTOINSTALL="False")
+
+
+def _declare_torchvision_ops() -> None:
+    """PyPI's torchvision is built for CUDA torch: with the CPU wheel its C++ operators do not load, and
+    its Python part imports only once their schemas exist (edge-mdt-cl imports torchvision)."""
+    import torch
+    try:
+        lib = torch.library.Library("torchvision", "DEF")
+        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _declare_torchvision_ops.keepalive = lib
+    except RuntimeError:  # a torchvision whose operators load
+        pass
+
+
+def _photos(seed: int = 0):
+    from benchmarks.assets import imagenet_labelled_images, natural_images
+    images = [img for img in natural_images()] + list(imagenet_labelled_images()[0])
+    random.Random(seed).shuffle(images)
+    return images[:N_CALIB], images[N_CALIB:]
+
+
+def _dataset(work: Path, photos) -> Path:
+    """A YOLO dataset folder of the calibration photographs with empty labels, and its yaml."""
+    root = work / "calibration_data"
+    (root / "images/val").mkdir(parents=True, exist_ok=True)
+    (root / "labels/val").mkdir(parents=True, exist_ok=True)
+    for i, img in enumerate(photos):
+        img.convert("RGB").save(root / f"images/val/photo_{i:03d}.jpg", quality=95)
+        (root / f"labels/val/photo_{i:03d}.txt").write_text("")
+    yaml = work / "calibration_data.yaml"
+    names = "\n".join(f"  {i}: class{i}" for i in range(80))
+    yaml.write_text(f"path: {root}\ntrain: images/val\nval: images/val\nnames:\n{names}\n")
+    return yaml
+
+
+def _letterboxed(photos):
+    import numpy as np
+    import torch
+    from ultralytics.data.augment import LetterBox
+    box = LetterBox(new_shape=(IMGSZ, IMGSZ), auto=False, scaleup=True)
+    arrays = [box(image=np.asarray(p.convert("RGB"))[..., ::-1].copy()) for p in photos]  # BGR, as cv2 reads
+    x = torch.from_numpy(np.stack(arrays)[..., ::-1].copy()).permute(0, 3, 1, 2).float() / 255.0
+    return x
+
+
+def _reestimate_batch_norm(model, x) -> None:
+    """Seeded random weights give batch-norm layers no statistics; estimate them on real photographs
+    (cumulative averages over several passes), so every layer sees realistic ranges."""
+    import torch
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    with torch.no_grad():
+        for chunk in x.split(8):
+            model(chunk)
+    model.eval()
+
+
+class _PeakMemory:
+    """Peak resident memory of this process while the block runs (sampled every 20 ms)."""
+
+    def __enter__(self):
+        import psutil
+        self._proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
+        self.start = self._proc.memory_info().rss
+
+        def sample():
+            while not self._stop.is_set():
+                self.peak = max(self.peak, self._proc.memory_info().rss)
+                time.sleep(0.02)
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._proc.memory_info().rss)
+
+
+def _sqnr(ref, out) -> float:
+    import numpy as np
+    ref, out = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+    noise = float(((ref - out) ** 2).sum())
+    return float("inf") if noise == 0 else float(10 * np.log10((ref ** 2).sum() / noise))
+
+
+def _outputs(model, x):
+    import torch
+    boxes, scores = [], []
+    with torch.no_grad():
+        for chunk in x.split(4):
+            b, s = model(chunk)[:2]
+            boxes.append(b)
+            scores.append(s)
+    return torch.cat(boxes).numpy(), torch.cat(scores).numpy()
+
+
+def _onnx_outputs(mct, quantized, calib_x, x, path: Path, toolkit: str):
+    """The quantized model (no NMS layer) exported by the toolkit's own exporter and run by ONNX Runtime."""
+    import mct_quantizers
+    import numpy as np
+    import onnxruntime as ort
+    from ultralytics.utils.patches import onnx_export_patch
+
+    def rep():
+        yield [calib_x[:1]]
+    with onnx_export_patch():  # as Ultralytics exports (dynamo off on torch >= 2.9; MCT needs it)
+        mct.exporter.pytorch_export_model(model=quantized, save_model_path=path, repr_dataset=rep)
+    options = mct_quantizers.get_ort_session_options()
+    options.enable_mem_reuse = False  # as Ultralytics runs these files: ORT's buffer reuse fails on them
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    boxes, scores = [], []
+    for i in range(len(x)):  # MCT's file has a fixed batch of 1
+        b, s = session.run(None, {name: x[i:i + 1].numpy()})[:2]
+        boxes.append(b)
+        scores.append(s)
+    return np.concatenate(boxes), np.concatenate(scores)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--toolkit", choices=["hwquant", "mct"], required=True)
+    p.add_argument("--model", default="yolov8n", help="an Ultralytics model yaml name: yolov8n, yolo11n")
+    p.add_argument("--work", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    os.chdir(work)  # Ultralytics writes <model>_imx_model/ beside the model's name
+    _offline_ultralytics(work)
+    _declare_torchvision_ops()
+    if args.toolkit == "hwquant":
+        import hwquant.mct_alias
+        hwquant.mct_alias.enable()
+    import model_compression_toolkit as mct
+    import torch
+    from ultralytics import YOLO
+
+    torch.manual_seed(0)
+    calib, held_out = _photos()
+    yaml = _dataset(work, calib)
+    yolo = YOLO(f"{args.model}.yaml")
+    calib_x, eval_x = _letterboxed(calib), _letterboxed(held_out)
+    _reestimate_batch_norm(yolo.model, torch.cat([calib_x, calib_x.flip(-1)]))
+
+    seen = {}
+    ptq = mct.ptq.pytorch_post_training_quantization
+
+    def timed_ptq(*a, **kw):  # the facade Ultralytics calls, timed; its models kept for the figures
+        with _PeakMemory() as mem:
+            t = time.perf_counter()
+            result = ptq(*a, **kw)
+            seen["ptq_s"] = time.perf_counter() - t
+        seen.update(ptq_peak_rss_mb=mem.peak / 2 ** 20, ptq_extra_rss_mb=(mem.peak - mem.start) / 2 ** 20,
+                    float_model=kw.get("in_module", a[0] if a else None), quantized=result[0])
+        return result
+    mct.ptq.pytorch_post_training_quantization = timed_ptq
+
+    t = time.perf_counter()
+    error = None
+    try:
+        exported = yolo.export(format="imx", data=str(yaml), imgsz=IMGSZ)
+    except BaseException as e:  # the converter's refusal arrives as CalledProcessError
+        exported, error = None, f"{type(e).__name__}: {e}"
+    export_s = time.perf_counter() - t
+    result = {"toolkit": args.toolkit, "model": args.model, "toolkit_version": mct.__version__,
+              "export_s": export_s, "exported": exported, "error": error,
+              "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "converter_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    result.update({k: v for k, v in seen.items() if k.endswith(("_s", "_mb"))})
+    if exported:
+        exported = str(Path(exported).resolve())
+        result["exported"] = exported
+        reports = list(Path(exported).glob("*MemoryReport.json"))
+        result["converter"] = "accepted" if reports else "no memory report"
+        if reports:
+            result["memory_report"] = json.loads(reports[0].read_text())
+    else:
+        result["converter"] = "refused or not reached"
+    if "quantized" in seen:
+        float_model, quantized = seen["float_model"], seen["quantized"]
+        fb, fs = _outputs(float_model, eval_x)
+        qb, qs = _outputs(quantized, eval_x)
+        result.update(sqnr_boxes_db=_sqnr(fb, qb), sqnr_scores_db=_sqnr(fs, qs), n_eval=len(eval_x))
+        try:
+            ob, os_ = _onnx_outputs(mct, quantized, calib_x, eval_x, work / "quantized_no_nms.onnx", args.toolkit)
+            result.update(onnx_sqnr_boxes_db=_sqnr(fb, ob), onnx_sqnr_scores_db=_sqnr(fs, os_))
+        except Exception as e:  # noqa: BLE001 - reported in the figures
+            result["onnx_error"] = f"{type(e).__name__}: {e}"[:500]
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps({k: v for k, v in result.items() if k != "memory_report"}, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
