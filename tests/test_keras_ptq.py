@@ -127,7 +127,7 @@ def test_graph_corrections_run_on_keras_models():
     sqnr = {}
     for sn in (False, True):
         cc = mct.core.CoreConfig(mct.core.QuantizationConfig(shift_negative_activation_correction=sn))
-        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc, mct.get_target_platform_capabilities())
+        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc, mct.get_target_platform_capabilities("4.0", "imx500"))
         run_ptq(state, d)
         q = state.adapter.build(state.graph, quantized=True)
         o = np.asarray(keras.ops.convert_to_numpy(q(data[0])))
