@@ -7,7 +7,7 @@ Ultralytics' code is not edited: with `--toolkit hwquant` the process enables hw
 `import model_compression_toolkit` of ultralytics/utils/export/imx.py and edge-mdt-tpc gives hwquant; with
 `--toolkit mct` it is the real MCT of the virtualenv. Offline: the network is built from Ultralytics' yaml
 (seeded random weights), its batch-norm statistics re-estimated on real photographs (so the layers compute
-something with real ranges), and the calibration data is a local dataset folder of real photographs with
+something with real ranges) and its classification logits spread as a trained head's, and the calibration data is a local dataset folder of real photographs with
 empty label files (Ultralytics' calibration loader: letterbox to 640, /255). Sony's converter (imxconv-pt)
 is found on PATH, as Ultralytics looks for it.
 
@@ -108,6 +108,27 @@ def _reestimate_batch_norm(model, x) -> None:
     model.eval()
 
 
+def _detector_like_scores(model, x, spread: float = 2.0, bias: float = -5.0) -> None:
+    """A seeded classification head scores every anchor about the same (logits at Ultralytics' prior bias,
+    -9 to -12, with a spread of 0.25): nothing a detector's threshold would read. Scale each scale's last
+    classification convolution so its logits spread by `spread` around `bias`, as a trained head's do: most
+    anchors near zero, a tail of confident ones (on the held-out photographs 5 % of the scores reach 0.05)."""
+    import torch
+    head = model.model[-1]
+    finals = [branch[-1] for branch in head.cv3]
+    seen = {}
+    hooks = [conv.register_forward_hook(lambda m, i, o: seen.setdefault(m, o)) for conv in finals]
+    with torch.no_grad():
+        model(x)
+    for hook in hooks:
+        hook.remove()
+    with torch.no_grad():
+        for conv in finals:
+            std = float((seen[conv] - conv.bias.view(1, -1, 1, 1)).std())
+            conv.weight.mul_(spread / std)
+            conv.bias.fill_(bias)
+
+
 class _PeakMemory:
     """Peak resident memory of this process while the block runs (sampled every 20 ms)."""
 
@@ -196,6 +217,7 @@ def main(argv=None) -> None:
     yolo = YOLO(f"{args.model}.yaml")
     calib_x, eval_x = _letterboxed(calib), _letterboxed(held_out)
     _reestimate_batch_norm(yolo.model, torch.cat([calib_x, calib_x.flip(-1)]))
+    _detector_like_scores(yolo.model, calib_x[:8])
 
     seen = {}
     ptq = mct.ptq.pytorch_post_training_quantization
