@@ -49,14 +49,40 @@ def _offline_ultralytics(work: Path) -> None:
     os.environ.update(YOLO_CONFIG_DIR=str(cfg), YOLO_OFFLINE="1", YOLO_AUTOINSTALL="False")
 
 
+KEPT_BY_NMS = 1000  # more than edge-mdt-cl's max_detections (300), which it takes from the front
+
+
+def _greedy_nms(dets, scores, iou_threshold: float):
+    """torchvision.ops.nms's result, up to its first KEPT_BY_NMS kept boxes (in decreasing score, as torchvision
+    returns them; the boxes after those cannot change them)."""
+    import torch
+    order = scores.argsort(descending=True)
+    boxes = dets[order]
+    areas = (boxes[:, 2] - boxes[:, 0]).clamp(min=0) * (boxes[:, 3] - boxes[:, 1]).clamp(min=0)
+    alive = torch.ones(len(boxes), dtype=torch.bool)
+    keep = []
+    for i in range(len(boxes)):
+        if not alive[i]:
+            continue
+        keep.append(i)
+        if len(keep) == KEPT_BY_NMS:
+            break
+        lo, hi = torch.maximum(boxes[i, :2], boxes[:, :2]), torch.minimum(boxes[i, 2:], boxes[:, 2:])
+        inter = (hi - lo).clamp(min=0).prod(dim=1)
+        alive &= inter / (areas[i] + areas - inter).clamp(min=1e-12) <= iou_threshold
+    return order[torch.tensor(keep, dtype=torch.long)]
+
+
 def _declare_torchvision_ops() -> None:
     """PyPI's torchvision is built for CUDA torch: with the CPU wheel its C++ operators do not load, and
-    its Python part imports only once their schemas exist (edge-mdt-cl imports torchvision)."""
+    its Python part imports only once their schemas exist (edge-mdt-cl imports torchvision). edge-mdt-cl's
+    NMS layer calls torchvision's nms: a greedy one stands in for its missing CPU kernel."""
     import torch
     try:
         lib = torch.library.Library("torchvision", "DEF")
         lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        lib.impl("nms", _greedy_nms, "CPU")
         _declare_torchvision_ops.keepalive = lib
     except RuntimeError:  # a torchvision whose operators load
         pass
@@ -199,7 +225,7 @@ def main(argv=None) -> None:
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
-    work = args.work.resolve()
+    work, args.out = args.work.resolve(), args.out.resolve()
     work.mkdir(parents=True, exist_ok=True)
     os.chdir(work)  # Ultralytics writes <model>_imx_model/ beside the model's name
     _offline_ultralytics(work)

@@ -243,5 +243,6 @@ def test_on_the_imx500_without_16_bit_activations_the_shift_is_skipped(caplog):
     state = _state(_silu_net(), batches, tpc=get_target_platform_capabilities("1.0", "imx500"))
     with caplog.at_level("INFO", logger="hwquant.passes"):
         assert apply_shift_negative_correction(state, batches) == 0
-    assert "needs its output quantized and the TPC offers no 16-bit activation" in caplog.text
+    assert "skips 1 activation(s) (_1): platform 'imx500' needs their output quantized and the TPC offers no " \
+        "16-bit activation" in caplog.text
     assert state.graph.node("_1").final_config.activation_quantization_cfg.quantized and not _adds(state.graph)

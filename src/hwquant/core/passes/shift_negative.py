@@ -256,7 +256,7 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
     representative data, iterated once more only for a pad whose statistics cannot be derived
     (see _shift_statistics). Needs the final configs' activation parameters."""
 
-    adds, bypassed, layers, recollect = [], [], [], []
+    adds, bypassed, layers, recollect, no_wide_grid = [], [], [], [], []
     for act in state.graph:
         plan = _plan(state, act)
         if plan is None:
@@ -268,9 +268,7 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
                      act.name, n_bits)
             continue
         if _needs_quantized_output(state) and not _offers_near_float_bits(state, act):
-            # its own output must stay quantized, and at its own width the shift would gain nothing
-            log.info("shift-negative correction skips '%s': platform '%s' needs its output quantized and the TPC "
-                     "offers no %d-bit activation for it", act.name, state.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
+            no_wide_grid.append(act.name)  # its output stays quantized at its own width: the shift gains nothing
             continue
         add, pad = _apply(state, plan)
         adds.append(add)
@@ -278,6 +276,11 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
                      and n.final_config.activation_quantization_cfg.quantized]
         layers.append(plan.layer)
         recollect += _shift_statistics(state, plan, add, pad, getattr(data, "uniform_shapes", False))
+    if no_wide_grid:
+        log.info("shift-negative correction skips %d activation(s) (%s): platform '%s' needs their output quantized "
+                 "and the TPC offers no %d-bit activation for them", len(no_wide_grid),
+                 ", ".join(no_wide_grid[:5]) + (" ..." if len(no_wide_grid) > 5 else ""),
+                 state.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
     if not adds:
         return 0
     shifted = {a.inputs[0] for a in adds}
