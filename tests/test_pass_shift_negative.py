@@ -225,7 +225,8 @@ def test_on_the_imx500_the_shifted_activation_stays_quantized_at_16_bits(caplog)
     (add,) = _adds(state.graph)
     a, s = add.final_config.activation_quantization_cfg, silu.final_config.activation_quantization_cfg
     assert a.quantized and a.activation_n_bits == 8 and a.activation_quantization_params == {THRESHOLD: t, SIGNED: False}
-    assert s.quantized and s.activation_n_bits == 16 and s.activation_quantization_params[SIGNED] is True
+    # 16 bits on the grid computed for its own 8 bits (MCT's rule; measured better than recomputing them)
+    assert s.quantized and s.activation_n_bits == 16 and s.activation_quantization_params == {THRESHOLD: t, SIGNED: True}
     assert silu.fused_into != add.name and not any(add.name in g for g in state.fused_groups)
     x = torch.cat([b[0] for b in batches])
     quantized = state.adapter.build(state.graph, quantized=True)
