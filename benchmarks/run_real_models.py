@@ -110,9 +110,10 @@ TASKS: Dict[str, tuple] = {  # name: (metric label, function of (float, quantize
 
 
 # ---- the three tools ---------------------------------------------------------------------------
-def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int, device: str = "imx500") -> dict:
+def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int, device: str = "imx500",
+                tpc=None) -> dict:
     """hwquant PTQ with its defaults on `device`'s TPC (imx500: the default one; tflite: uniform
-    activations, the grid ONNX Runtime's QDQ uses)."""
+    activations, the grid ONNX Runtime's QDQ uses), or on `tpc` when given."""
     import hwquant as mct
 
     def rep_gen():
@@ -120,7 +121,7 @@ def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], bat
             yield [t[i:i + batch] for t in calib]
     t0 = time.perf_counter()
     try:
-        tpc = mct.get_target_platform_capabilities("pytorch", device)
+        tpc = tpc or mct.get_target_platform_capabilities("pytorch", device)
         q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, target_platform_capabilities=tpc)
     except Exception as e:  # noqa: BLE001 - reported in the table
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
@@ -180,12 +181,18 @@ def _cell(res: dict, ref: torch.Tensor, task: Callable) -> str:
     return f"{res['seconds']:.1f} s, {sqnr_db(ref, out):.1f} dB, {task(ref, out):.3f}"
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def sample_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options that choose the models and their samples (shared with benchmarks/run_snc_imx500.py)."""
     ap.add_argument("--models", nargs="+", default=list(real_models.REGISTRY), choices=list(real_models.REGISTRY))
     ap.add_argument("--calib", type=int, default=64)
     ap.add_argument("--eval", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
+    return ap
+
+
+def main(argv=None) -> None:
+    ap = sample_arguments(argparse.ArgumentParser(description=__doc__,
+                                                  formatter_class=argparse.RawDescriptionHelpFormatter))
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-write", action="store_true")

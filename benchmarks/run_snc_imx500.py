@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -25,31 +24,17 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import real_models, report  # noqa: E402
 from benchmarks.run_ptq import seed_everything  # noqa: E402
-from benchmarks.run_real_models import TASKS, flat_outputs, sqnr_db  # noqa: E402
+from benchmarks.run_real_models import TASKS, flat_outputs, run_hwquant, sample_arguments, sqnr_db  # noqa: E402
 
 SECTION = "Shift-negative correction on the IMX500: the converter's rule, measured"
-
-
-def quantize(model, calib, evals, batch: int, tpc) -> dict:
-    import hwquant as mct
-
-    def rep_gen():
-        for i in range(0, len(calib[0]), batch):
-            yield [t[i:i + batch] for t in calib]
-    t0 = time.perf_counter()
-    q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, target_platform_capabilities=tpc)
-    return {"seconds": time.perf_counter() - t0, "out": flat_outputs(q, evals)}
 
 
 def main(argv=None) -> None:
     import hwquant as mct
     import hwquant.core.pipeline as pipeline
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", nargs="+", default=list(real_models.REGISTRY), choices=list(real_models.REGISTRY))
-    ap.add_argument("--calib", type=int, default=64)
-    ap.add_argument("--eval", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=16)
+    ap = sample_arguments(argparse.ArgumentParser(description=__doc__,
+                                                  formatter_class=argparse.RawDescriptionHelpFormatter))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
@@ -74,12 +59,10 @@ def main(argv=None) -> None:
             tpc = mct.get_target_platform_capabilities(version, "imx500")
             for rule, chosen in (("now", tpc), ("before", tpc.model_copy(update={"tpc_platform_type": None}))):
                 counts.clear()
-                try:
-                    res = quantize(rm.model, calib, evals, args.batch, chosen)
-                    cells.append(f"{sqnr_db(ref, res['out']):.1f} dB, {task(ref, res['out']):.3f} "
-                                 f"({counts.get('n', 0)} shifted)")
-                except Exception as e:  # noqa: BLE001 - reported in the table
-                    cells.append(f"error: {type(e).__name__}")
+                res = run_hwquant(rm.model, calib, evals, args.batch, tpc=chosen)
+                cells.append(f"error: {res['error']}" if "error" in res else
+                             f"{sqnr_db(ref, res['out']):.1f} dB, {task(ref, res['out']):.3f} "
+                             f"({counts.get('n', 0)} shifted)")
                 print(name, version, rule, cells[-1], flush=True)
         rows.append(f"| {name} | {label} | " + " | ".join(cells) + " |")
     table = ("| model | task metric | 1.0 now | 1.0 before | 4.0 now | 4.0 before |\n"

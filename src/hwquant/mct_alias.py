@@ -44,6 +44,10 @@ log = logging.getLogger("hwquant")
 _lock = threading.Lock()
 
 
+def _is_alias(name: str) -> bool:
+    return name == ALIAS or name.startswith(ALIAS + ".")
+
+
 def _target_name(alias_name: str) -> str:
     return TARGET + alias_name[len(ALIAS):]
 
@@ -52,7 +56,7 @@ class _MctAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds `model_compression_toolkit[.x.y]` and loads it as the already-importable `hwquant[.x.y]`."""
 
     def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None):
-        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+        if not _is_alias(fullname):
             return None
         real = _target_name(fullname)
         try:
@@ -113,7 +117,7 @@ def disable() -> None:
     with _lock:
         if _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
-        for name in [n for n in sys.modules if n == ALIAS or n.startswith(ALIAS + ".")]:
+        for name in [n for n in sys.modules if _is_alias(n)]:
             if getattr(sys.modules[name], "__name__", "").startswith(TARGET):
                 del sys.modules[name]
 

@@ -7,7 +7,7 @@ import copy
 import io
 import warnings
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import onnx
 import torch
@@ -108,14 +108,6 @@ def is_pytorch_layer_exportable(layer: nn.Module) -> bool:
     return isinstance(layer, nn.Module)
 
 
-def torchscript_onnx_export() -> Callable[..., Any]:
-    """torch's TorchScript-based ONNX exporter, the one whose custom-operator symbolics write the quantizer
-    markers. `torch.onnx.utils.export` is that exporter on every torch 2.x, and does not go through
-    `torch.onnx.export`, which callers wrap (Ultralytics adds `dynamo=False` to every call on torch >= 2.9)
-    and whose default became the torch.export-based exporter in torch 2.9."""
-    return torch.onnx.utils.export
-
-
 def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
             imx500_forms: bool = False, output_names: Optional[List[str]] = None) -> onnx.ModelProto:
     """The model as ONNX with marker nodes, batch dimension dynamic on every input and output;
@@ -138,9 +130,12 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
     # (torch.onnx keeps its exporting state in module globals: exports take turns with captures)
     with CAPTURE_LOCK, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        torchscript_onnx_export()(marked, tuple(example), buffer, opset_version=opset,
-                                  input_names=inputs, output_names=out_names, do_constant_folding=True,
-                                  dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
+        # torch.onnx.utils.export is the TorchScript exporter (whose custom-op symbolics write the quantizer
+        # markers) on every torch 2.x; torch.onnx.export is not: its default became the torch.export-based
+        # exporter in 2.9, and callers wrap it (Ultralytics adds dynamo=False to every call)
+        torch.onnx.utils.export(marked, tuple(example), buffer, opset_version=opset,
+                                input_names=inputs, output_names=out_names, do_constant_folding=True,
+                                dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
     return onnx.load_from_string(buffer.getvalue())
 
 

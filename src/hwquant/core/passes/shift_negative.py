@@ -284,12 +284,9 @@ def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[
                  state.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
     if not adds:
         return 0
-    shifted = {a.inputs[0] for a in adds}
-    kept = [n for n in state.graph if n.name in shifted and n.final_config.activation_quantization_cfg.quantized]
-    if kept:
-        log.info("shift-negative correction keeps the output of %d of %d shifted activations quantized (%s bits): "
-                 "platform '%s' needs every kernel's output quantized", len(kept), len(adds),
-                 "/".join(sorted({str(n.final_config.activation_quantization_cfg.activation_n_bits) for n in kept})),
+    if _needs_quantized_output(state):  # then _apply kept every shifted activation's output at 16 bits
+        log.info("shift-negative correction keeps the output of %d of %d shifted activations quantized (%d bits): "
+                 "platform '%s' needs every kernel's output quantized", len(adds), len(adds), NEAR_FLOAT_BITS,
                  state.fqc.tpc.tpc_platform_type)
     if recollect:
         collect_statistics(state, recollect, data)
