@@ -5,6 +5,7 @@ import threading
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
@@ -140,3 +141,93 @@ def test_concurrent_onnx_exports_write_the_sequential_file(tmp_path):
     files = sorted(tmp_path.glob("t*.onnx"))
     assert len(files) == 6 and all(f.read_bytes() == want for f in files)
     assert not list(tmp_path.glob(".hwquant-*"))  # no temporary left
+
+
+class _Functional(nn.Module):
+    """F.conv2d / F.linear on its own parameters: capture turns them into layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1, self.w2 = nn.Parameter(torch.randn(8, 8, 3, 3) * 0.2), nn.Parameter(torch.randn(4, 8) * 0.3)
+
+    def forward(self, x):
+        return F.linear(F.relu(F.conv2d(x, self.w1, padding=1)).mean((2, 3)), self.w2)
+
+
+class _ShapeBranch(nn.Module):
+    """Control flow on a shape: captured through torch.export."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(8, 8, 3), nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        if y.shape[-1] > 4:
+            y = torch.relu(y)
+        return self.fc(y.mean((2, 3)))
+
+
+def _collapsing(seed: int) -> nn.Module:  # conv -> conv: linear collapsing builds a new layer
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.Conv2d(8, 8, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(8, 4)).eval()
+
+
+def _seeded(cls, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return cls().eval()
+
+
+_MODELS = [lambda: _cnn(0), lambda: _collapsing(1), lambda: _seeded(_Functional, 2), lambda: _seeded(_ShapeBranch, 3)]
+
+
+@pytest.mark.parametrize("make", _MODELS, ids=["cnn", "collapsing", "functional", "torch.export"])
+def test_quantizing_leaves_torchs_random_generator_alone(make):
+    """torch's generator is process-wide: a layer made with a random initialisation during a
+    quantization (then overwritten) changed another thread's (and the caller's) random numbers."""
+    model = make()
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    _ptq(model)
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_more_threads_than_cores_give_the_sequential_results():
+    """Six threads (more than the cores of a small machine), models of every capture path; each thread
+    seeds and makes its own model (taking turns with the other threads' model making, as a program
+    would), then quantizes it while the others quantize theirs."""
+    x = torch.randn(4, 8, 12, 12)
+    with torch.no_grad():
+        want = [_ptq(make())(x) for make in _MODELS]
+    n_threads, rounds = 6, 2
+    made, results, errors = threading.Lock(), {}, []
+
+    def quantize(k):
+        try:
+            for r in range(rounds):
+                with made:
+                    model = _MODELS[k % len(_MODELS)]()
+                with torch.no_grad():
+                    results[k, r] = _ptq(model)(x)
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=quantize, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert errors == [] and len(results) == n_threads * rounds, errors[:3]
+    differ = sorted(k for (k, _), y in results.items() if not torch.equal(y, want[k % len(_MODELS)]))
+    assert differ == [], f"threads {differ} differ from the sequential result"
+
+
+def test_mixed_precision_under_the_callers_no_grad():
+    """Grad mode is a thread's own setting: the sensitivity probes (gradients) run whatever the caller's."""
+    model, data = _cnn(0), _data()
+    target = mct.core.ResourceUtilization(weights_memory=2400)
+    want = mct.ptq.pytorch_post_training_quantization(model, data, target)[1].mixed_precision_cfg
+    with torch.no_grad():
+        got = mct.ptq.pytorch_post_training_quantization(model, data, target)[1].mixed_precision_cfg
+    assert got == want

@@ -7,6 +7,10 @@
   captures take turns, and so do ONNX / TorchScript exports (torch.onnx keeps its exporting state in
   module globals). Other threads' models run meanwhile: the tracer passes their calls through
   (torch/capture.py).
+- torch's random generator is process-wide: no call draws from it (hwquant's random choices have their
+  own seeded generators; layers it makes are made on the meta device, without a random initialisation),
+  so a quantization changes neither the caller's random numbers nor another thread's.
+- Grad mode is per thread: what needs gradients (mixed-precision probes) enables them itself.
 - KERAS_LOCK: Keras quantization calls take turns. Run concurrently on Keras' TensorFlow backend, one
   stress run in 14 went wrong (cause not found: Keras' and TensorFlow's own global state are candidates);
   serialised, none did.

@@ -106,7 +106,7 @@ class PytorchCorrectionFacts:
         kernel = np.asarray(kernel, dtype=np.float32)
         use_bias = bias is not None
         if g.is_dense:
-            new = nn.Linear(kernel.shape[1], kernel.shape[0], bias=use_bias)
+            new = nn.Linear(kernel.shape[1], kernel.shape[0], bias=use_bias, device="meta")
         elif g.kind == "conv":
             lo, hi = zip(*g.padding) if g.padding else ((), ())
             if lo == hi:
@@ -118,13 +118,16 @@ class PytorchCorrectionFacts:
                 raise ValueError(f"node '{node.name}': PyTorch convolutions cannot pad {g.padding} (asymmetric)")
             new = type(old)(kernel.shape[1] * g.groups, kernel.shape[0], g.kernel_size, stride=g.stride,
                             padding=padding, dilation=g.dilation, groups=g.groups, bias=use_bias,
-                            padding_mode=g.padding_mode)
+                            padding_mode=g.padding_mode, device="meta")
         else:
             if any(lo != hi for lo, hi in g.padding):
                 raise ValueError(f"node '{node.name}': transposed convolutions pad symmetrically")
             new = type(old)(kernel.shape[0], kernel.shape[1] * g.groups, g.kernel_size, stride=g.stride,
                             padding=tuple(lo for lo, _ in g.padding), output_padding=old.output_padding,
-                            groups=g.groups, bias=use_bias, dilation=g.dilation)
+                            groups=g.groups, bias=use_bias, dilation=g.dilation, device="meta")
+        # (made on the meta device, then given memory: a random initialisation would draw from torch's
+        # process-wide generator, changing the caller's and other threads' random numbers)
+        new = new.to_empty(device="cpu")
         with torch.no_grad():
             if tuple(new.weight.shape) != kernel.shape:
                 raise ValueError(f"node '{node.name}': kernel of shape {kernel.shape} does not fit the geometry "

@@ -52,11 +52,14 @@ def _layer(gm: fx.GraphModule, node: fx.Node) -> Optional[nn.Module]:
         padding = args.get("padding", 0)
         tup = lambda v: tuple(v) if isinstance(v, (list, tuple)) else v  # noqa: E731 - ATen passes lists
         layer = cls(weight.shape[1] * groups, weight.shape[0], tuple(weight.shape[2:]), stride=tup(args.get("stride", 1)),
-                    padding=tup(padding), dilation=tup(args.get("dilation", 1)), groups=groups, bias=bias is not None)
+                    padding=tup(padding), dilation=tup(args.get("dilation", 1)), groups=groups, bias=bias is not None,
+                    device="meta")
         if dims != len(layer.kernel_size):
             return None
     else:
-        layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None)
+        layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    # (made on the meta device: a random initialisation would draw from torch's process-wide generator,
+    # changing the random numbers of the caller and of every other thread; the tensors are replaced below)
     with torch.no_grad():
         layer.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
         if bias is not None:

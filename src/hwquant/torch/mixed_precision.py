@@ -72,6 +72,7 @@ def _float_model(graph: Graph, observed: List[str], device: Any) -> fx.GraphModu
     return model
 
 
+@torch.enable_grad()  # (the probes are gradients: a caller's torch.no_grad() must not stop them)
 def _hessian_traces(model, batches, points: List[str], outputs: List[str], observed: List[str]) -> Dict[str, float]:
     """Gauss-Newton trace of the normalised output distance with respect to each point (per element):
     E|d(sum_o v_o . Y_o / |Y_o|) / dY_p|^2 / size(Y_p), by output probes."""
@@ -91,6 +92,7 @@ def _hessian_traces(model, batches, points: List[str], outputs: List[str], obser
     return traces
 
 
+@torch.enable_grad()
 def _probed(graph, configurable, batches, points, outputs, cfg, device) -> List[List[float]]:
     tracked = [n.name for n in configurable]
     single = [n.kind == NodeKind.MODULE and len(n.inputs) == 1 for n in configurable]
