@@ -92,3 +92,47 @@ def test_models_without_a_graph_are_refused_with_the_way_out():
         capture(sub, [_data((2, 4))])
     with pytest.raises(CaptureError, match="takes 1 input"):
         capture(_functional(), [_data(), _data()])
+
+
+def _kernel_layers_model():
+    """Every Keras layer kind that carries a kernel, with fused activations on the kinds that have them."""
+    keras.utils.set_random_seed(3)
+    x = keras.Input((16, 16, 3), name="img")
+    y = layers.SeparableConv2D(8, 3, padding="same", depth_multiplier=2, name="sep")(x)
+    y = layers.BatchNormalization(name="sep_norm")(y)
+    y = layers.PReLU(name="prelu")(y)
+    y = layers.DepthwiseConv2D(3, strides=2, padding="same", name="dw")(y)
+    y = layers.Conv2DTranspose(8, 3, strides=2, padding="same", name="convt")(y)
+    seq = layers.Reshape((64, 16))(layers.Conv2D(4, 1, name="pw")(y))
+    seq = layers.Dense(6, name="dense3d")(seq)
+    seq = layers.Conv1D(6, 3, padding="same", name="c1")(seq)
+    seq = layers.SeparableConv1D(6, 3, padding="same", name="sep1")(seq)
+    seq = layers.DepthwiseConv1D(3, padding="same", name="dw1")(seq)
+    seq = layers.EinsumDense("abc,cde->abde", output_shape=(None, 2, 4), bias_axes="de", name="einsum")(seq)
+    seq = layers.Reshape((64, 8))(seq)
+    seq = layers.GRU(6, return_sequences=True, name="gru")(seq)
+    seq = layers.Bidirectional(layers.LSTM(5, return_sequences=True), name="bilstm")(seq)
+    seq = layers.SimpleRNN(4, name="rnn")(seq)
+    model = keras.Model(x, layers.Dense(3, name="head")(seq), name="kernels")
+    bn = model.get_layer("sep_norm")
+    bn.moving_mean.assign(np.linspace(-0.3, 0.3, 8).astype("float32"))
+    bn.moving_variance.assign(np.linspace(0.5, 2.0, 8).astype("float32"))
+    return model
+
+
+def test_separable_and_recurrent_layers_are_captured_as_the_function_they_compute():
+    model = _kernel_layers_model()
+    x = _data((2, 16, 16, 3))
+    graph = capture(model, [x])
+    # a separable convolution is its depthwise and its 1x1 pointwise convolution (MCT splits it too)
+    assert graph.node("sep_dw").type is layers.DepthwiseConv2D and graph.node("sep_pw").type is layers.Conv2D
+    assert graph.node("sep_pw").inputs == ["sep_dw"] and graph.node("sep_norm").inputs == ["sep_pw"]
+    assert graph.node("sep1_dw").type is layers.DepthwiseConv1D and graph.node("sep1_pw").type is layers.Conv1D
+    # a recurrent layer's `activation` is its cell's: it stays inside (splitting it off changed the function)
+    assert "gru_activation" not in graph and graph.node("gru").framework_attr["activation"] == "tanh"
+    # a Bidirectional layer's two cells keep their own weights
+    weights = graph.node("bilstm").weights
+    assert "kernel" in weights and "kernel#1" in weights and "recurrent_kernel#1" in weights
+    assert not np.array_equal(weights["kernel"], weights["kernel#1"])
+    np.testing.assert_allclose(ops.convert_to_numpy(build_model(graph)(x)), ops.convert_to_numpy(model(x)),
+                               rtol=1e-4, atol=1e-5)

@@ -89,6 +89,7 @@ def user_information(state: Any, adapter: Any) -> UserInformation:
     if state.report.get("mixed_precision_choice") is not None:
         info.mixed_precision_cfg = state.report["mixed_precision_choice"]
         info.mixed_precision_bit_widths = state.report["mixed_precision"]["bit_widths"]
+    info.float_layers = dict(state.report.get("float_layers") or {})
     scales = state.report.get("input_scale") or {}
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)

@@ -167,6 +167,10 @@ class QuantizationConfig(ValidatedConfig):
     # values changes the decisions taken on it (argmax, scores), which an MSE on the tensor does not
     # weigh; None: like every other activation (activation_error_method).
     output_activation_error_method: Optional[_QEM] = QuantizationErrorMethod.NOCLIPPING
+    # hwquant's own: the weight matrices of layers no operator set of the TPC lists (LSTM / GRU kernels,
+    # embedding tables) take the TPC's fully-connected kernel config, since they are products like it;
+    # False leaves them float (MCT's behaviour; the run still lists them as left float).
+    quantize_recurrent_and_embedding_weights: Flag = True
     # Seed-only TPC overrides (None: take it from the TPC).
     activation_quantization_method: Optional[QMethod] = None
     weights_quantization_method: Optional[QMethod] = None
@@ -585,6 +589,8 @@ class UserInformation:
     final_resource_utilization: Optional[ResourceUtilization] = None
     # hwquant's own: {node name: (activation bits, {weight attribute: bits})} of the mixed-precision choice
     mixed_precision_bit_widths: Optional[Dict[str, Any]] = None
+    # hwquant's own: {layer name: "<type>: why"} of every layer whose weights all stay float
+    float_layers: Dict[str, str] = field(default_factory=dict)
 
     def set_input_scale(self, scale: float) -> None:
         self.input_scale = scale
@@ -598,7 +604,8 @@ class UserInformation:
     def __repr__(self) -> str:
         gptq = f"{{{', '.join(map(str, self.gptq_info_dict))}}}" if self.gptq_info_dict else "{}"
         return (f"UserInformation(input_scale={self.input_scale}, mixed_precision_cfg={self.mixed_precision_cfg}, "
-                f"final_resource_utilization={self.final_resource_utilization}, gptq_info_dict keys={gptq})")
+                f"final_resource_utilization={self.final_resource_utilization}, gptq_info_dict keys={gptq}, "
+                f"float_layers={len(self.float_layers)})")
 
 
 class DefaultDict:

@@ -152,6 +152,11 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
     def bias_attr(self, node: Node) -> Optional[str]:
         """Name of the node's bias weight, or None if the node cannot carry one."""
 
+    def matrix_weights(self, node: Node) -> Dict[Any, int]:
+        """The weight matrices of a layer no TPC operator set lists, which multiply its inputs as a fully
+        connected layer's kernel does (a recurrent layer's input and recurrent kernels, an embedding
+        table: a one-hot product), each with its output-channel axis; {} for any other node."""
+
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
                            quantized: bool = False) -> int:
         """Run the model of `graph` on `data` and add each batch of every node named in `statistics`

@@ -18,6 +18,7 @@ import numpy as np
 from hwquant.core import candidates as cand
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.consumer_error import consumer_value_map
+from hwquant.core.float_layers import layers_left_float, log_layers_left_float
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph
 from hwquant.core.node_params import collect_statistics, restore_biases, set_activation_params, set_weights_params
@@ -73,7 +74,7 @@ def prepare(state: PipelineState) -> None:
         state.report["residual_collapsed"] = collapse_residuals(g, adapter, priors)
     cand.assign_candidates(g, state.fqc, state.core_config, adapter)
     state.fused_groups = cand.apply_fusing(g, state.fqc)
-    state.report["float_layer_inputs"] = cand.keep_float_inputs_of_float_layers(g)
+    state.report["float_layer_inputs"] = cand.keep_float_inputs_of_float_layers(g, adapter)
     if qc.activation_channel_equalization:
         state.report["equalized"] = equalize_activation_channels(g, adapter, priors)
     cand.apply_network_editor(g, state.core_config, final=False)
@@ -147,6 +148,9 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
         state.report["bias_corrected"] = apply_bias_correction(state)
     else:
         state.report["bias_corrected"] = bias_correction_where_it_helps(state, data)
+    state.report["float_layers"] = layers_left_float(state.graph, state.adapter,
+                                                     qc.quantize_recurrent_and_embedding_weights)
+    log_layers_left_float(state.report["float_layers"])
     return state
 
 

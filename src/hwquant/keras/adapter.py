@@ -44,6 +44,19 @@ def _kernel_name(layer_type: Any) -> Optional[str]:
     return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, KERNEL_LAYERS) else None
 
 
+def _einsum_kernel_axes(equation: str) -> Optional[Tuple[int, int]]:
+    """(output-channel axis, input-channel axis) of an EinsumDense kernel: the kernel's axes named by the
+    output's and the input's last letters ('abc,cde->abde': (2, 0)); None when the equation has no such axes."""
+    try:
+        inputs, output = equation.replace(" ", "").split("->")
+        source, kernel = inputs.split(",")
+    except ValueError:
+        return None
+    if not source or not output or output[-1] not in kernel or source[-1] not in kernel:
+        return None
+    return kernel.index(output[-1]), kernel.index(source[-1])
+
+
 class KerasAdapter(KerasCorrectionFacts):
     name = "keras"
     activation_channel_axis = -1  # channels last
@@ -60,15 +73,28 @@ class KerasAdapter(KerasCorrectionFacts):
         return _kernel_name(node.type) if node.kind == NodeKind.MODULE else None
 
     def bias_attr(self, node: Node) -> Optional[str]:
-        return "bias" if self.kernel_attr(node) is not None else None
+        # an EinsumDense's bias spans the axes its equation names: no batch norm folds into it
+        return "bias" if self.kernel_attr(node) is not None and node.type is not L.EinsumDense else None
 
     def kernel_axes(self, node: Node) -> Optional[Tuple[int, int]]:
         attr = self.kernel_attr(node)
         if attr is None or attr not in node.weights:
             return None
+        if node.type is L.EinsumDense:
+            return _einsum_kernel_axes(node.framework_attr.get("equation", ""))
         rank = np.ndim(node.weights[attr])
         out, inp = self.fw_info.get_kernel_channels(node.type)
         return out % rank, inp % rank
+
+    def matrix_weights(self, node: Node) -> Dict[Any, int]:
+        if node.kind != NodeKind.MODULE or not isinstance(node.type, type):
+            return {}
+        if issubclass(node.type, (L.RNN, L.Bidirectional)):  # (in, units * gates) kernels, recurrent kernels
+            return {k: 1 for k, w in node.weights.items()
+                    if str(k).split("#")[0] in ("kernel", "recurrent_kernel") and np.ndim(w) == 2}
+        if issubclass(node.type, L.Embedding):  # (tokens, dims): a dims-wide one-hot product
+            return {"embeddings": 1} if "embeddings" in node.weights else {}
+        return {}
 
     def batch_norm_params(self, node: Node) -> Optional[BatchNormParams]:
         if node.kind != NodeKind.MODULE or node.type is not L.BatchNormalization:

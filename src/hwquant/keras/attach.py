@@ -25,7 +25,7 @@ OPSET_TO_LAYERS: Dict[str, List[Any]] = {
     N.CONV: [L.Conv1D, L.Conv2D, L.Conv3D],
     N.DEPTHWISE_CONV: [L.DepthwiseConv1D, L.DepthwiseConv2D],
     N.CONV_TRANSPOSE: [L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose],
-    N.FULLY_CONNECTED: [L.Dense],
+    N.FULLY_CONNECTED: [L.Dense, L.EinsumDense],  # (an EinsumDense is a dense product over named axes)
     N.CONCATENATE: [L.Concatenate, NP.Concatenate],
     N.STACK: [NP.Stack],
     N.UNSTACK: [C.Unstack],

@@ -3,7 +3,7 @@ weights (the user's model is never touched); raw operations are called as captur
 model is the same build with quantization blocks (quantized_model.py) put in."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
 
@@ -19,6 +19,18 @@ class Blocks(Protocol):
     def after(self, node: Node, tensor: Any) -> Any: ...
 
 
+def weight_keys(layer: Any) -> List[str]:
+    """The names a layer's weights go by in the graph node: the variable's name ('kernel', 'bias'), and
+    for the second of two that share one (a Bidirectional layer's backward cell) 'kernel#1', in the
+    layer's order (variable paths change when the layer is made anew)."""
+    keys: List[str] = []
+    for w in layer.weights:
+        name = w.name.split("/")[-1].split(":")[0]
+        seen = sum(k.split("#")[0] == name for k in keys)
+        keys.append(f"{name}#{seen}" if seen else name)
+    return keys
+
+
 def new_layer(node: Node) -> Any:
     """A fresh layer of the node's class and configuration (weights set once it is built)."""
     config = dict(node.framework_attr)
@@ -31,8 +43,7 @@ def new_layer(node: Node) -> Any:
 def set_layer_weights(layer: Any, weights: Dict[Any, Any]) -> None:
     """Assign weights by name to a built layer (every weight of the layer must be given)."""
     values = []
-    for w in layer.weights:
-        key = w.name.split("/")[-1].split(":")[0]
+    for key in weight_keys(layer):
         if key not in weights:
             raise ValueError(f"layer '{layer.name}' has a weight '{key}' the graph node does not hold")
         values.append(weights[key])

@@ -11,7 +11,12 @@ Capture walks those nodes, deepest first (topological order), and makes one core
   `<model>_<node>`;
 - a layer with a fused activation (`Conv2D(..., activation="relu")`): two nodes, the layer with a
   linear activation and an `Activation` after it, so that batch norms fold and the activation is
-  quantized after the function, as the target platform describes it.
+  quantized after the function, as the target platform describes it (a recurrent layer's `activation`
+  is its cell's and stays inside it);
+- a separable convolution: its depthwise and 1x1 pointwise convolutions (`<name>_dw`, `<name>_pw`), so
+  each kernel is quantized as its operator set says and a batch norm after it folds;
+- weights by their variable names, the second of two that share a name (a Bidirectional layer's
+  backward cell) as `kernel#1`.
 
 Keras tensors are channels-last; shapes keep the example batch size. The user's model is not
 modified: the graph refers to its layers only to read them (the builder makes new ones).
@@ -62,11 +67,34 @@ def _is_graph_model(op: Any) -> bool:
 
 
 def _layer_weights(layer: Any) -> Dict[str, np.ndarray]:
-    out: Dict[str, np.ndarray] = {}
-    for w in getattr(layer, "weights", []):
-        name = w.name.split("/")[-1].split(":")[0]
-        out[name] = np.array(_keras().ops.convert_to_numpy(w.value))
-    return out
+    from hwquant.keras.builder import weight_keys
+    return {k: np.array(_keras().ops.convert_to_numpy(w.value)) for k, w in zip(weight_keys(layer), layer.weights)}
+
+
+def _splits_activation(op: Any, activation: Any) -> bool:
+    """Whether the layer's `activation` applies to its output (a recurrent layer's is inside its cell)."""
+    keras = _keras()
+    return (not isinstance(op, (keras.layers.Activation, keras.layers.RNN))
+            and activation not in (None, "linear"))
+
+
+def _separable_parts(op: Any, config: Dict[str, Any], name: str) -> List[tuple]:
+    """A separable convolution as the depthwise and the 1x1 pointwise convolution it computes, so each kernel is
+    quantized as the TPC says for its operator set and a batch norm after it folds (MCT splits it too):
+    [(name, layer class, config, weights)]."""
+    L = _keras().layers
+    rank = 1 if isinstance(op, L.SeparableConv1D) else 2
+    w = _layer_weights(op)
+    common = {k: config[k] for k in ("data_format", "dtype", "trainable") if k in config}
+    depthwise = {**common, "kernel_size": config["kernel_size"], "strides": config["strides"],
+                 "padding": config["padding"], "dilation_rate": config["dilation_rate"],
+                 "depth_multiplier": config["depth_multiplier"], "use_bias": False, "activation": "linear"}
+    pointwise = {**common, "filters": config["filters"], "kernel_size": (1,) * rank, "use_bias": "bias" in w,
+                 "activation": config.get(FUSED_ACTIVATION) or "linear"}
+    return [(f"{name}_dw", L.DepthwiseConv1D if rank == 1 else L.DepthwiseConv2D, depthwise,
+             {"kernel": w["depthwise_kernel"]}),
+            (f"{name}_pw", L.Conv1D if rank == 1 else L.Conv2D, pointwise,
+             {"kernel": w["pointwise_kernel"], **({"bias": w["bias"]} if "bias" in w else {})})]
 
 
 def _batched(shape: Any, batch: int) -> Any:
@@ -134,6 +162,19 @@ class _Builder:
         for outer_out, inner_out in zip(knode.outputs, inner.outputs):
             self.names[id(outer_out)] = self.names[id(inner_out)]
 
+    def separable(self, op: Any, config: Dict[str, Any], name: str, inputs: List[str], args: tuple,
+                  kwargs: Dict[str, Any], shape: Any, path: str) -> Node:
+        """The two nodes of a separable convolution (see _separable_parts); returns the pointwise one."""
+        (dw_name, dw_type, dw_cfg, dw_w), (pw_name, pw_type, pw_cfg, pw_w) = _separable_parts(op, config, name)
+        dw_layer = dw_type.from_config(dw_cfg)
+        channels = int(next(n for n in self.nodes if n.name == inputs[0]).output_shape[-1])
+        dw_shape = tuple(shape[:-1]) + (channels * int(dw_cfg["depth_multiplier"]),)
+        dw = self.add(Node(self.unique(dw_name), NodeKind.MODULE, dw_type, inputs, dw_layer.get_config(), dw_w,
+                           dw_layer, args, kwargs, dw_shape, path))
+        pw_layer = pw_type.from_config(pw_cfg)
+        return self.add(Node(self.unique(pw_name), NodeKind.MODULE, pw_type, [dw.name], pw_layer.get_config(), pw_w,
+                             pw_layer, (InputRef(0),), {}, shape, path))
+
     def call(self, op: Any, knode: Any, prefix: str) -> None:
         keras = _keras()
         inputs: List[str] = []
@@ -146,14 +187,18 @@ class _Builder:
         if isinstance(op, keras.layers.Layer):
             config = op.get_config()
             activation = config.get(FUSED_ACTIVATION)
-            split = not isinstance(op, keras.layers.Activation) and activation not in (None, "linear")
-            node = self.add(Node(name, NodeKind.MODULE, type(op), inputs,
-                                 {**config, FUSED_ACTIVATION: "linear"} if split else config,
-                                 _layer_weights(op), op, args, kwargs, shape, f"{prefix}{op.name}"))
+            split = _splits_activation(op, activation)
+            if split:
+                config = {**config, FUSED_ACTIVATION: "linear"}
+            if isinstance(op, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):
+                node = self.separable(op, config, name, inputs, args, kwargs, shape, f"{prefix}{op.name}")
+            else:
+                node = self.add(Node(name, NodeKind.MODULE, type(op), inputs, config, _layer_weights(op), op, args,
+                                     kwargs, shape, f"{prefix}{op.name}"))
             if split:
                 act = keras.layers.Activation(activation, name=f"{op.name}_activation")
                 node = self.add(Node(self.unique(f"{name}_activation"), NodeKind.MODULE, keras.layers.Activation,
-                                     [name], act.get_config(), {}, act, (InputRef(0),), {}, shape,
+                                     [node.name], act.get_config(), {}, act, (InputRef(0),), {}, shape,
                                      f"{prefix}{op.name}"))
         else:
             node = self.add(Node(name, NodeKind.FUNCTION, type(op), inputs, _plain_config(op), {}, op, args, kwargs,

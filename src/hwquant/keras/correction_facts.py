@@ -20,7 +20,7 @@ from hwquant.core.graph import InputRef, Node, NodeKind
 _CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
 _DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)
 _TRANSPOSED = (L.Conv1DTranspose, L.Conv2DTranspose, L.Conv3DTranspose)
-KERNEL_LAYERS = (*_CONVS, *_DEPTHWISE, *_TRANSPOSED, L.Dense)  # the layers whose 'kernel' is quantized
+KERNEL_LAYERS = (*_CONVS, *_DEPTHWISE, *_TRANSPOSED, L.Dense, L.EinsumDense)  # the layers whose 'kernel' is quantized
 # Activation(name) / keras.ops function -> (canonical name, positive homogeneous)
 _ACTIVATIONS = {"relu": ("relu", True), "leaky_relu": ("leaky_relu", True), "silu": ("silu", False),
                 "swish": ("silu", False), "gelu": ("gelu", False), "hard_silu": ("hardswish", False),

@@ -136,7 +136,8 @@ class KerasQuantizationWrapper(keras.layers.Wrapper):
         return self.layer.compute_output_shape(input_shape)
 
     def get_quantized_weights(self) -> Dict[str, Any]:
-        return {w.name.split("/")[-1]: w for w in self.layer.weights if w.name.split("/")[-1] in self.weights_quantizers}
+        from hwquant.keras.builder import weight_keys
+        return {k: w for k, w in zip(weight_keys(self.layer), self.layer.weights) if k in self.weights_quantizers}
 
     def get_config(self):
         return {**super().get_config(), "weights_quantizers": {

@@ -76,6 +76,15 @@ class PytorchAdapter(PytorchCorrectionFacts):
     def bias_attr(self, node: Node) -> Optional[str]:
         return "bias" if self.kernel_axes(node) is not None else None
 
+    def matrix_weights(self, node: Node) -> Dict[Any, int]:
+        if node.kind != NodeKind.MODULE or not isinstance(node.type, type):
+            return {}
+        if issubclass(node.type, (nn.RNNBase, nn.RNNCellBase)):  # weight_ih_l0, weight_hh_l0(_reverse), weight_hr_l0
+            return {k: 0 for k, w in node.weights.items() if str(k).startswith("weight_") and np.ndim(w) == 2}
+        if issubclass(node.type, (nn.Embedding, nn.EmbeddingBag)):  # (tokens, dims): a dims-wide one-hot product
+            return {"weight": 1} if "weight" in node.weights else {}
+        return {}
+
     def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Any], data: Iterable[List[Any]],
                                     mp_config: Any) -> List[List[float]]:
         from hwquant.torch.mixed_precision import candidate_sensitivity
