@@ -79,7 +79,7 @@ def test_starts_at_ptq_trains_and_finalizes_bitwise(setup, qat_config, tpc):
         trained = qat(data[1])
         assert not torch.equal(trained, ptq(data[1]))
     final = QAT_FINALIZE(qat)
-    assert final is qat and not final.training
+    assert final is not qat and not final.training
     assert not any(isinstance(m, BasePytorchTrainableQuantizer) for m in final.modules())
     with torch.no_grad():
         assert torch.equal(final(data[1]), trained)  # the finalized model is the trained one, bitwise
@@ -239,11 +239,43 @@ def test_bad_configs_are_refused(setup):
 def test_finalize_refuses_models_without_trainable_quantizers(setup):
     model, data, _ = setup
     ptq, _ = mct.ptq.pytorch_post_training_quantization(model, gen_of(data))
-    for bad in (ptq, model):
-        with pytest.raises(InvalidConfigError, match="no trainable quantizers"):
-            QAT_FINALIZE(bad)
+    with pytest.raises(InvalidConfigError, match="already an inferable quantized model .* no trainable quantizers"):
+        QAT_FINALIZE(ptq)
+    with pytest.raises(InvalidConfigError, match=r"no trainable quantizers \(it is not quantized\)"):
+        QAT_FINALIZE(model)
     with pytest.raises(InvalidConfigError, match="torch.nn.Module"):
         QAT_FINALIZE("model.pt")
+
+
+def test_finalize_leaves_the_qat_model_training_on(setup):
+    """Finalizing at an intermediate epoch: the QAT model keeps its trainable quantizers and training
+    state, trains on, and finalizing it again gives what the first finalize gave then (bitwise)."""
+    _, data, labels = setup
+    qat, _ = init(setup, qat_config=LSQ)
+    opt, _ = train(qat, data, labels, 4)
+    qat.eval()
+    with torch.no_grad():
+        trained = qat(data[1])
+    before = {k: v.clone() for k, v in qat.state_dict().items()}
+    n_trainable = sum(isinstance(m, BasePytorchTrainableQuantizer) for m in qat.modules())
+    first = QAT_FINALIZE(qat)
+    assert sum(isinstance(m, BasePytorchTrainableQuantizer) for m in qat.modules()) == n_trainable >= 7
+    assert all(torch.equal(v, before[k]) for k, v in qat.state_dict().items())
+    assert isinstance(qat.x_activation_holder_quantizer.activation_holder_quantizer, BasePytorchTrainableQuantizer)
+    assert qat.c1_bn.input_scale is None  # still the trainable path, reading the holder's current grid
+    again = QAT_FINALIZE(qat)
+    assert again is not first and first.node_to_activation_quantization_holder == qat.node_to_activation_quantization_holder
+    with torch.no_grad():
+        assert torch.equal(first(data[1]), trained) and torch.equal(again(data[1]), trained)
+        assert torch.equal(first(data[2]), again(data[2]))
+    _, losses = train(qat, data, labels, 4, opt=opt, start=4)  # the optimizer's parameters are still the model's
+    qat.eval()
+    with torch.no_grad():
+        assert not torch.equal(qat(data[1]), trained)
+        assert torch.equal(QAT_FINALIZE(qat)(data[1]), qat(data[1]))
+        assert torch.equal(first(data[1]), trained)  # the earlier finalized model did not move with it
+    with pytest.raises(InvalidConfigError, match="already finalized"):
+        QAT_FINALIZE(first)
 
 
 def test_a_diverged_model_is_refused_and_left_as_it_was(setup):

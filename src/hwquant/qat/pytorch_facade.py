@@ -14,7 +14,7 @@ from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
 from hwquant.qat.config import QATConfig
 from hwquant.torch.metadata import attach_metadata
 from hwquant.torch.trainable_model import (TrainableQuantizerFactory, build_trainable_model, convert_to_inferable,
-                                           trainable_quantizer_classes)
+                                           copy_model, trainable_quantizer_classes, trainable_quantizers)
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
 from hwquant.trainable_infrastructure.pytorch import BasePytorchTrainableQuantizer
 
@@ -60,7 +60,11 @@ def pytorch_quantization_aware_training_init_experimental(
 
 
 def pytorch_quantization_aware_training_finalize_experimental(in_model: nn.Module) -> nn.Module:
-    """Turn a trained QAT model into the inferable quantized model, in place (and return it, in eval
-    mode): each trainable quantizer becomes the fixed quantizer of its learned grid, so the result
-    gives bitwise the trained model's eval-mode outputs and exports like any PTQ model."""
-    return convert_to_inferable(in_model).eval()
+    """The inferable quantized model of a trained QAT model, in eval mode: each trainable quantizer
+    becomes the fixed quantizer of its learned grid, so the result gives bitwise the trained model's
+    eval-mode outputs and exports like any PTQ model. ``in_model`` is left as it is (a copy is
+    converted, as MCT does): training can go on after finalizing at an intermediate epoch, and
+    finalizing it again gives the same model."""
+    if isinstance(in_model, nn.Module) and next(trainable_quantizers(in_model), None) is None:
+        convert_to_inferable(in_model)  # (says why, before a copy is made)
+    return convert_to_inferable(copy_model(in_model) if isinstance(in_model, nn.Module) else in_model).eval()

@@ -10,6 +10,7 @@ trainable model gives bitwise what the converted model gives.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 from enum import Enum
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -120,6 +121,33 @@ def trainable_quantizers(model: nn.Module) -> Iterator[Tuple[nn.Module, Optional
             yield owner, weight, q
 
 
+def _no_trainable_quantizers(model: nn.Module) -> str:
+    """Why a model without trainable quantizers cannot be finalized, for the model it is."""
+    from hwquant.torch.metadata import read_metadata
+
+    if next(quantizer_slots(model), None) is None:
+        return ("the model has no trainable quantizers (it is not quantized): pass the model returned by "
+                "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
+    method = (read_metadata(model) or {}).get("method")
+    if method == "qat":
+        return ("the model is already finalized: its quantizers are the fixed, inferable ones. Use it as it is, "
+                "or finalize the QAT model it came from again (finalize leaves that model unchanged)")
+    return ("the model is already an inferable quantized model (its quantizers are fixed, as post-training "
+            "quantization returns them) and has no trainable quantizers: pass the model returned by "
+            "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model``, keeping the plain attributes torch.fx drops when it copies a
+    GraphModule (node_to_activation_quantization_holder, a user's own)."""
+    memo: Dict[int, Any] = {}
+    result = copy.deepcopy(model, memo)
+    for key, value in vars(model).items():
+        if key not in vars(result):
+            setattr(result, key, copy.deepcopy(value, memo))
+    return result
+
+
 def convert_to_inferable(model: nn.Module) -> nn.Module:
     """Replace every trainable quantizer of ``model`` by its inferable conversion, in place; layers
     whose input grid is now fixed take the integer-kernel path. Every conversion is made before the
@@ -128,8 +156,7 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
         raise InvalidConfigError(f"expected the torch.nn.Module returned by the QAT / GPTQ init, got {type(model).__name__}")
     found = list(trainable_quantizers(model))
     if not found:
-        raise InvalidConfigError("the model has no trainable quantizers: pass the model returned by "
-                                 "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
+        raise InvalidConfigError(_no_trainable_quantizers(model))
     names = {id(m): n for n, m in model.named_modules()}
     diverged = [name for name, t in list(model.named_parameters()) + list(model.named_buffers())
                 if t.is_floating_point() and not bool(torch.isfinite(t).all())]
