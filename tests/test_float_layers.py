@@ -120,3 +120,24 @@ def test_keras_kernel_layers_are_all_quantized_or_listed():
     f, y = (np.asarray(keras.ops.convert_to_numpy(m(x))) for m in (model, q))
     # (random recurrent layers amplify their input error: 28 dB before the recurrent stack, 20 dB with it float)
     assert 10 * np.log10((f ** 2).mean() / ((f - y) ** 2).mean()) > 15
+
+
+def test_quantized_recurrent_layers_export_and_reload(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from hwquant.torch.saved_model import load_quantized_model, save_quantized_model
+
+    torch.manual_seed(0)
+    data = _tokens()
+    q, _ = PTQ(TokensToClass().eval(), lambda: iter(data))
+    x = data[0][0]
+    with torch.no_grad():
+        expected = q(x)
+    path = tmp_path / "tokens.onnx"
+    mct.exporter.pytorch_export_model(q, str(path), lambda: iter(data),
+                                      quantization_format=mct.exporter.QuantizationFormat.FAKELY_QUANT)
+    session = ort.InferenceSession(str(path))
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0], expected.numpy(),
+                               atol=1e-6)
+    save_quantized_model(q, tmp_path / "tokens.pt")
+    with torch.no_grad():
+        assert torch.equal(load_quantized_model(tmp_path / "tokens.pt")(x), expected)

@@ -59,6 +59,8 @@ class SavedModelError(HwquantError, ValueError):
 
 _HINT = "export the model to ONNX or TorchScript instead"
 _INTERNALS = frozenset(vars(nn.Module()))  # nn.Module's own bookkeeping, rebuilt by nn.Module.__init__
+# derived from a layer's parameters and rebuilt from them on load (a recurrent layer's list of its weights)
+_DERIVED = {nn.RNNBase: ("_flat_weights", "_flat_weight_refs")}
 _TORCH_VALUES = {"dtype": torch.dtype, "memory_format": torch.memory_format, "layout": torch.layout}
 _NAME = re.compile(r"[A-Za-z_]\w*\Z")
 _PATH = re.compile(r"\w+(\.\w+)*\Z")  # module paths may hold Sequential indices ("body.0")
@@ -190,8 +192,9 @@ def _spec(m: nn.Module, path: str, tensors: Dict[str, torch.Tensor], root: bool 
         spec = {"kind": "wrapper", "quantizers": {k: _quantizer_spec(q, f"{where}, weight '{k}'")
                                                   for k, q in m.weights_quantizers.items()}}
     elif kind.__module__.startswith("torch.nn.") and _resolve_class(_class_name(kind), strict=False) is kind:
+        derived = {a for base, names in _DERIVED.items() if isinstance(m, base) for a in names}
         attrs = {k: _encode(v, f"{where}, attribute '{k}'") for k, v in vars(m).items()
-                 if k not in _INTERNALS and k not in moved}
+                 if k not in _INTERNALS and k not in moved and k not in derived}
         spec = {"kind": "torch", "class": _class_name(kind), "attrs": attrs}
     else:
         raise ValueError(f"{where}: class {_class_name(kind)} is outside the allowlist of loadable modules "
@@ -252,6 +255,8 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
     for name, info in spec["buffers"].items():
         m.register_buffer(name, None if info is None else tensors[path + name],
                           persistent=True if info is None else bool(info["persistent"]))
+    if isinstance(m, nn.RNNBase):
+        m._init_flat_weights()  # (the wrapper's setattr of a quantized weight then updates this list)
     if kind == "torch":
         try:
             allowlist.check_layer_tensors(m, f"module '{path[:-1]}' ({type(m).__name__})")
