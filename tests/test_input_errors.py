@@ -76,6 +76,91 @@ def test_a_keyword_only_argument_without_default_is_named():
         PTQ(KeywordOnly().eval(), gen())
 
 
+@pytest.mark.parametrize("compile_", ["script", "trace"])
+def test_a_torchscript_model_is_refused_naming_the_way_out(compile_):
+    """(torch.fx failed on it: "no signature found for <torch.ScriptMethod>")"""
+    model = Net().eval()
+    scripted = torch.jit.script(model) if compile_ == "script" else torch.jit.trace(model, torch.randn(2, 3, 8, 8))
+    with pytest.raises(InvalidConfigError, match=f"TorchScript module .*torch.jit.{compile_}.*Pass the original model"):
+        PTQ(scripted, gen())
+    holder = nn.Sequential(scripted, nn.ReLU()).eval()
+    with pytest.raises(InvalidConfigError, match="submodule '0' is a TorchScript module.*original torch.nn.Module"):
+        PTQ(holder, gen())
+
+
+def test_representative_data_on_the_meta_device_is_refused():
+    """(calibration failed with "Tensor.item() cannot be called on meta tensors")"""
+    meta = [[torch.empty(4, 3, 8, 8, device="meta")]]
+    with pytest.raises(RepresentativeDataError, match="input 0 of batch 0 is on the meta device.*real values, on cpu or cuda"):
+        PTQ(Net().eval(), lambda: iter(meta))
+
+
+class ByKeyword(nn.Module):
+    """Inputs only by keyword, one with a default the batches do not give."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.side = nn.Conv2d(3, 4, 3), nn.Conv2d(5, 4, 3)
+
+    def forward(self, *, image, extra, gain=2.0):
+        return torch.relu(self.conv(image) + self.side(extra)) * gain
+
+
+class AnyKeywords(Net):
+    def forward(self, **inputs):
+        return super().forward(inputs["image"])
+
+
+def _named_batches(n=3):
+    g = torch.Generator().manual_seed(0)  # (dict order unlike the forward's: the names decide)
+    batches = [{"extra": torch.randn(4, 5, 8, 8, generator=g), "image": torch.randn(4, 3, 8, 8, generator=g)}
+               for _ in range(n)]
+    return lambda: iter(batches)
+
+
+def test_keyword_inputs_come_from_dict_batches(tmp_path):
+    """A forward taking its inputs only by keyword quantizes from batches given as dicts (the entries
+    passed by name, the forward's defaults traced); the quantized model takes the same keywords, and
+    mixed precision and export read the same batches."""
+    torch.manual_seed(0)
+    model = ByKeyword().eval()
+    q, _ = PTQ(model, _named_batches())
+    x, e = torch.randn(2, 3, 8, 8), torch.randn(2, 5, 8, 8)
+    with torch.no_grad():
+        want = model(image=x, extra=e)
+        assert [n.name for n in q.graph.nodes if n.op == "placeholder"] == ["image", "extra"]
+        assert torch.allclose(q(image=x, extra=e), want, atol=0.1 * float(want.abs().max()))
+        wrapped = PTQ(model, lambda: iter([[b] for b in _named_batches()()]))[0]  # ([{...}]: the list habit)
+        assert torch.equal(wrapped(image=x, extra=e), q(image=x, extra=e))
+    _, info = PTQ(model, _named_batches(), mct.core.ResourceUtilization(weights_memory=200))
+    assert info.mixed_precision_cfg is not None
+    path = mct.exporter.pytorch_export_model(q, tmp_path / "by_keyword.onnx", _named_batches())
+    assert path.exists()
+
+
+def test_keyword_inputs_given_wrongly_say_how_to_pass_them():
+    model = ByKeyword().eval()
+    with pytest.raises(RepresentativeDataError, match=r"only by keyword: yield each batch as a dict naming them "
+                                                      r"\(\{'image': tensor, 'extra': tensor\}\)"):
+        PTQ(model, gen())
+    with pytest.raises(CaptureError, match=r"argument 'extra' with no default.*a dict naming every input"):
+        PTQ(model, lambda: iter([{"image": torch.randn(4, 3, 8, 8)}]))
+    with pytest.raises(RepresentativeDataError, match=r"give \['extra'\] but not 'image'.*add 'image' to the batches"):
+        PTQ(model, lambda: iter([{"extra": torch.randn(4, 5, 8, 8)}]))
+    with pytest.raises(RepresentativeDataError, match=r"name \['img'\], which ByKeyword.forward does not take"):
+        PTQ(model, lambda: iter([{"img": torch.randn(4, 3, 8, 8)}]))
+    batches = list(_named_batches()())
+    mixed = [batches[0], {"image": batches[1]["image"]}]
+    with pytest.raises(RepresentativeDataError, match=r"batch 1 names \['image'\] but the first batch named"):
+        PTQ(model, lambda: iter(mixed))
+    # (a forward reading **inputs failed with "list indices must be integers or slices, not str")
+    with pytest.raises(RepresentativeDataError, match=r"through \*\*inputs, which capture cannot name: give forward "
+                                                      r"named parameters"):
+        PTQ(AnyKeywords().eval(), gen())
+    with pytest.raises(RepresentativeDataError, match=r"through \*\*inputs, which capture cannot name"):
+        PTQ(AnyKeywords().eval(), lambda: iter([{"image": torch.randn(4, 3, 8, 8)}]))
+
+
 def test_an_endless_generator_is_bounded(monkeypatch):
     from hwquant.core import representative_data
     monkeypatch.setattr(representative_data, "MAX_BATCHES_PER_PASS", 4)

@@ -131,7 +131,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
                               f"{wide[:8]}; export with quantization_format=FAKELY_QUANT instead")
     path = _check_path(save_model_path, (".onnx",) if onnx_out else (".pt", ".pth", ".torchscript"))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    example = _example(model, RepresentativeData(repr_dataset, device=device).first_batch())
+    example = _example(model, RepresentativeData(repr_dataset, device=device, model=model).first_batch())
     meta = _metadata(model, quantization, serialization)
     if onnx_out:
         data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta, output_names)

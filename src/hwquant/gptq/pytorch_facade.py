@@ -64,7 +64,7 @@ def pytorch_gradient_post_training_quantization(
         log.info("no gptq_config: post-training quantization only")
     else:
         data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
-                                  n_inputs=session.data.n_inputs, device=adapter.device)
+                                  n_inputs=session.data.n_inputs, device=adapter.device, model=model)
         batches = list(data)
         if session.data.uniform_shapes:  # calibrated on one size: GPTQ data of another size is a mistake
             check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],

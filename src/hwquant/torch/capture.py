@@ -42,20 +42,22 @@ def _failure_site(exc: BaseException) -> Tuple[str, str]:
 
 
 def _defaulted_arguments(model: torch.nn.Module, n_given: int) -> Dict[str, Any]:
-    """forward's parameters beyond the `n_given` positional inputs, at their defaults (traced as
-    constants); a parameter with no default that the data cannot fill is refused by name."""
+    """forward's parameters beyond the `n_given` leading ones the batches give (positionally, or by
+    name: data.py orders a dict batch by the parameters), at their defaults (traced as constants); a
+    parameter with no default that the data does not fill is refused by name."""
     concrete: Dict[str, Any] = {}
     params = [p for p in inspect.signature(model.forward).parameters.values()
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     for i, p in enumerate(params):
         positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        if positional and i < n_given:
+        if i < n_given:
             continue
         if p.default is inspect.Parameter.empty:
             raise CaptureError(
                 f"{type(model).__name__}.forward takes {'keyword-only ' if not positional else ''}argument "
-                f"'{p.name}' with no default, which representative batches (one tensor per positional input) "
-                f"cannot give: give it a default, or wrap the model in a module whose forward takes only tensors")
+                f"'{p.name}' with no default, which the representative batches do not give: give it a default, "
+                f"yield each batch as a dict naming every input ({{'{params[0].name}': ..., '{p.name}': ...}}), or "
+                "wrap the model in a module whose forward takes only tensors")
         concrete[p.name] = p.default
     return concrete
 
