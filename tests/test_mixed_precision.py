@@ -173,6 +173,32 @@ def test_unreachable_targets_name_their_minimum():
         _quantize(RU(activation_memory=5, bops=1e12))
 
 
+@pytest.mark.parametrize("field", ["weights_memory", "activation_memory", "total_memory", "bops"])
+@pytest.mark.parametrize("tpc", ["imx500", "4-bit activations", "tflite"])
+def test_a_target_far_below_every_choice_is_refused(field, tpc):
+    """(activation_memory=10 was accepted and PTQ ran: with IMX500's options no layer has an activation
+    bit-width choice, and nothing checked a target when nothing was left to choose)"""
+    tpc = {"imx500": _tpc(), "4-bit activations": _tpc_with_4_bit_activation_options(),
+           "tflite": mct.get_target_platform_capabilities("1.0", "tflite")}[tpc]
+    with pytest.raises(InvalidConfigError, match=rf"{field}=10 \S+ \(smallest reachable: [\d.e+]+\)"):
+        mct.ptq.pytorch_post_training_quantization(_model(), gen, RU(**{field: 10}), target_platform_capabilities=tpc)
+
+
+def test_a_fixed_figure_is_checked_but_a_target_it_meets_runs():
+    """With no bit-width choice the figure is fixed: a target it meets runs (nothing to search), one below
+    it says so, with the figure as the smallest reachable."""
+    tflite = mct.get_target_platform_capabilities("1.0", "tflite")
+    fixed = mct.core.pytorch_resource_utilization_data(_model(), gen, target_platform_capabilities=tflite)
+    _, info = mct.ptq.pytorch_post_training_quantization(
+        _model(), gen, RU(activation_memory=fixed.activation_memory), target_platform_capabilities=tflite)
+    assert info.final_resource_utilization.activation_memory == fixed.activation_memory
+    with pytest.raises(InvalidConfigError, match=rf"no layer a choice of bit widths.*activation_memory="
+                                                 rf"{fixed.activation_memory - 1:.6g} bytes \(smallest reachable: "
+                                                 rf"{fixed.activation_memory:.6g}\)"):
+        mct.ptq.pytorch_post_training_quantization(
+            _model(), gen, RU(activation_memory=fixed.activation_memory - 1), target_platform_capabilities=tflite)
+
+
 def test_configuration_overwrite_and_its_errors():
     full = _ru_data().weights_memory
     mp = mct.core.MixedPrecisionQuantizationConfig(configuration_overwrite=[2, 2, 1, 0])

@@ -1,7 +1,8 @@
 """Mixed precision: choose each configurable node's candidate under the resource targets.
 
     targets met by the largest candidates everywhere -> those candidates, no search (MCT's choice)
-    a target below its minimum       -> InvalidConfigError with every target's minimum
+    a target below its minimum       -> InvalidConfigError with every target's minimum (with no choice
+                                        left to any node, the fixed figures: checked all the same)
     configuration_overwrite          -> that choice (checked against the candidates)
     otherwise                        -> sensitivities (framework adapter, made monotone in bits), integer
                                         program, refinement
@@ -24,10 +25,16 @@ log = logging.getLogger("hwquant.mixed_precision")
 _UNIT = {RUTarget.WEIGHTS: "bytes", RUTarget.ACTIVATION: "bytes", RUTarget.TOTAL: "bytes", RUTarget.BOPS: "bit-operations"}
 
 
-def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], jointly: bool) -> InvalidConfigError:
+def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], jointly: bool,
+                 no_choice: bool = False) -> InvalidConfigError:
     lines = [f"{RU_FIELDS[t]}={targets[t]:.6g} {_UNIT[t]} (smallest reachable: {minima[t]:.6g})" for t in targets]
-    what = ("no choice of candidates meets these targets together, though each alone is reachable"
-            if jointly else "the resource target is below what the smallest candidates reach")
+    if jointly:
+        what = "no choice of candidates meets these targets together, though each alone is reachable"
+    elif no_choice:
+        what = ("the resource target is below what the model reaches: the TPC's options leave no layer a choice "
+                "of bit widths for it, so the figure is fixed")
+    else:
+        what = "the resource target is below what the smallest candidates reach"
     return InvalidConfigError(f"{what}: {'; '.join(lines)}. Raise the target(s), or allow fewer bits in the "
                               "TPC's options (mixed-precision candidates)")
 
@@ -40,9 +47,12 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
     targets = target.get_resource_utilization_dict(restricted_only=True)
     keep_base_bits(graph, target, adapter.kernel_attr)
     configurable = [n for n in graph if len(n.candidates) > 1]
-    if not configurable:
-        return None
     model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
+    if not configurable:  # nothing to choose: the figures are fixed, and a target below them is refused too
+        fixed = model.figures([])
+        if any(fixed[t] > limit for t, limit in targets.items()):
+            raise _unreachable(targets, fixed, jointly=False, no_choice=True)
+        return None
     top = [node.candidates.index(max_bits_config(node)) for node in configurable]
     minima = {}
     if mp.configuration_overwrite is not None:
