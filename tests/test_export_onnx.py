@@ -434,3 +434,25 @@ def test_exported_files_get_ordinary_permissions(quantized, tmp_path):
     from hwquant.fileio import new_file_mode
     path = _export(quantized[PlainCNN], tmp_path / "m.onnx", PlainCNN)
     assert os.stat(path).st_mode & 0o777 == new_file_mode()
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict", "nested", "dict_nested"])
+@pytest.mark.parametrize("fmt", ["MCTQ", "FAKELY_QUANT", "INT8"])
+def test_multi_head_models_export_every_head(kind, fmt, tmp_path):
+    """Heads of different widths and ranks, returned as tuples, dicts or nested: the ONNX file has one
+    output per head, in the model's order, computing what the quantized model computes."""
+    from test_ptq import FACES, leaves, multi_head_quantized
+
+    from hwquant.exporter.onnx_runtime import mctq_inference_session
+
+    q = multi_head_quantized(kind)
+    path = mct.exporter.pytorch_export_model(q, tmp_path / f"{kind}.onnx", lambda: iter(FACES),
+                                             quantization_format=getattr(mct.exporter.QuantizationFormat, fmt))
+    x = torch.randn(4, 3, 24, 24, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        heads, _ = leaves(q(x))
+    session = mctq_inference_session(str(path))
+    outs = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert [o.shape for o in outs] == [tuple(h.shape) for h in heads]
+    for o, h in zip(outs, heads):
+        np.testing.assert_allclose(o, h.numpy(), atol=1e-5)

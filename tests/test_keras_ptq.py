@@ -214,3 +214,129 @@ def test_concurrent_keras_quantizations_give_the_sequential_results():
         sys.setswitchinterval(before)
     assert errors == [] and len(results) == 6, errors[:3]
     assert all(np.array_equal(r, want) for r in results)
+
+
+def _multi_output_net(kind: str):
+    """An MTCNN O-Net-like model: face probability, box and landmarks heads (widths 2, 4 and 10), as a
+    list; with a rank-4 map among them; as a dict; nested."""
+    keras.utils.set_random_seed(0)
+    x = keras.Input((24, 24, 3), name="img")
+    y = layers.Conv2D(8, 3, activation="relu", name="c1")(x)
+    y = layers.MaxPooling2D(2, name="p1")(y)
+    y = layers.Conv2D(16, 3, activation="relu", name="c2")(y)
+    f = layers.Dense(32, activation="relu", name="fc")(layers.Flatten(name="flat")(y))
+    prob = layers.Dense(2, activation="softmax", name="prob")(f)
+    box, landmarks = layers.Dense(4, name="box")(f), layers.Dense(10, name="landmarks")(f)
+    outputs = {"widths": [prob, box, landmarks],
+               "ranks": [prob, layers.Conv2D(4, 1, name="map")(y), box],
+               "dict": {"prob": prob, "box": box, "landmarks": landmarks},
+               "nested": [prob, [box, layers.Conv2D(4, 1, name="map")(y)]]}[kind]
+    return keras.Model(x, outputs, name=f"onet_{kind}")
+
+
+def _faces():
+    rng = np.random.default_rng(2)
+    return [rng.normal(size=(16, 24, 24, 3)).astype("float32") for _ in range(3)]
+
+
+def _same_structure(a, b) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and list(a) == list(b) and all(_same_structure(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_same_structure, a, b))
+    return not isinstance(b, (dict, list, tuple)) and np.shape(a) == np.shape(b)
+
+
+def _heads(out):
+    return [np.asarray(keras.ops.convert_to_numpy(t)) for t in keras.tree.flatten(out)]
+
+
+MULTI_OUTPUT_KINDS = ["widths", "ranks", "dict", "nested"]
+
+
+@pytest.fixture(scope="module")
+def multi_output_quantized():
+    data = _faces()
+    return {kind: mct.ptq.keras_post_training_quantization(_multi_output_net(kind), lambda: iter([[b] for b in data]))[0]
+            for kind in MULTI_OUTPUT_KINDS}
+
+
+@pytest.mark.parametrize("kind", MULTI_OUTPUT_KINDS)
+def test_multi_output_models_quantize_each_head(multi_output_quantized, kind):
+    """(outputs of different widths crashed the bias-correction judge: 'setting an array element with a
+    sequence ... inhomogeneous shape'); the quantized model returns the float model's structure (a dict
+    by its keys, not a list in sorted-key order) and every head follows its float head."""
+    q, x = multi_output_quantized[kind], _faces()[1]
+    f_out, q_out = _multi_output_net(kind).predict_on_batch(x), q.predict_on_batch(x)
+    assert _same_structure(f_out, q_out)
+    for f, y in zip(_heads(f_out), _heads(q_out)):
+        assert 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 20
+
+
+def test_multi_output_models_under_a_weights_target():
+    """Heads of widths 2, 4 and 10 in a dict: the sensitivities read every head."""
+    kind, data = "dict", _faces()
+    gen = lambda: iter([[b] for b in data])  # noqa: E731
+    full = mct.core.keras_resource_utilization_data(_multi_output_net(kind), gen)
+    target = mct.core.ResourceUtilization(weights_memory=full.weights_memory * 0.6)
+    core = mct.core.CoreConfig(mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig(num_of_images=8))
+    q, info = mct.ptq.keras_post_training_quantization(_multi_output_net(kind), gen, target_resource_utilization=target,
+                                                       core_config=core)
+    assert info.final_resource_utilization.weights_memory <= target.weights_memory
+    assert min(l.weights_quantizers["kernel"].num_bits for l in q.layers if isinstance(l, KerasQuantizationWrapper)) < 8
+    x = data[0]
+    f_out, q_out = _multi_output_net(kind).predict_on_batch(x), q.predict_on_batch(x)
+    assert _same_structure(f_out, q_out)
+    f, y = np.concatenate([h.ravel() for h in _heads(f_out)]), np.concatenate([h.ravel() for h in _heads(q_out)])
+    assert 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 10
+
+
+@pytest.mark.parametrize("kind", MULTI_OUTPUT_KINDS)
+def test_multi_output_models_export_keras_and_onnx(multi_output_quantized, kind, tmp_path):
+    """.keras files (MCTQ and fake-quant) load with the model's output structure and outputs; Keras' ONNX
+    export gives every head (matched by shape: the ONNX outputs are flat)."""
+    KSF, QF = mct.exporter.KerasExportSerializationFormat, mct.exporter.QuantizationFormat
+    q, x = multi_output_quantized[kind], _faces()[1]
+    want = q.predict_on_batch(x)
+    mctq = mct.keras_load_quantized_model(mct.exporter.keras_export_model(q, tmp_path / "q.keras"))
+    got = mctq.predict_on_batch(x)
+    assert _same_structure(want, got)
+    for a, b in zip(_heads(want), _heads(got)):
+        np.testing.assert_array_equal(a, b)
+    fq = mct.keras_load_quantized_model(mct.exporter.keras_export_model(q, tmp_path / "fq.keras",
+                                                                       quantization_format=QF.FAKELY_QUANT))
+    got = fq.predict_on_batch(x)
+    assert _same_structure(want, got)
+    for a, b in zip(_heads(want), _heads(got)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    ort = pytest.importorskip("onnxruntime")
+    if keras.backend.backend() == "tensorflow":
+        pytest.importorskip("tf2onnx")
+    path = mct.exporter.keras_export_model(q, tmp_path / "q.onnx", serialization_format=KSF.ONNX,
+                                           quantization_format=QF.FAKELY_QUANT)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    outs = {o.shape: o for o in session.run(None, {session.get_inputs()[0].name: x})}
+    heads = _heads(want)
+    assert len(outs) == len(heads)
+    for head in heads:  # within a grid step or two (ONNX's Round may break ties the other way)
+        assert np.abs(outs[head.shape] - head).max() <= np.abs(head).max() / 64
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TFLite files are written on Keras' TensorFlow backend")
+def test_multi_output_models_export_tflite(multi_output_quantized, tmp_path):
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    KSF, QF = mct.exporter.KerasExportSerializationFormat, mct.exporter.QuantizationFormat
+    q, x = multi_output_quantized["widths"], _faces()[1]
+    path = mct.exporter.keras_export_model(q, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                           quantization_format=QF.FAKELY_QUANT)
+    interpreter = litert.Interpreter(model_path=str(path))
+    inp = interpreter.get_input_details()[0]
+    interpreter.resize_tensor_input(inp["index"], x.shape)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(inp["index"], x)
+    interpreter.invoke()
+    outs = {t.shape: t for t in (interpreter.get_tensor(o["index"]) for o in interpreter.get_output_details())}
+    heads = _heads(q.predict_on_batch(x))
+    assert len(outs) == len(heads)
+    for head in heads:
+        assert np.abs(outs[head.shape] - head).max() <= np.abs(head).max() / 64

@@ -1,5 +1,6 @@
 """PyTorch post-training quantization end to end on small models: structure, fidelity, TPC
 faithfulness, state dict, and every bad-input path."""
+import functools
 import math
 
 import numpy as np
@@ -290,3 +291,67 @@ def test_transformer_block_quantizes():
     x = torch.randn(8, 3, 12, 12)
     with torch.no_grad():
         assert sqnr(model(x), q(x)) > 15
+
+
+class MultiHead(nn.Module):
+    """An O-Net-like model whose heads differ in width and rank (2, 4 and 10 wide, and a rank-4 map),
+    returned as a tuple, a dict, or nested."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.c1, self.c2 = nn.Conv2d(3, 8, 3), nn.Conv2d(8, 16, 3)
+        self.fc = nn.Linear(16 * 9 * 9, 32)
+        self.prob, self.box, self.landmarks = nn.Linear(32, 2), nn.Linear(32, 4), nn.Linear(32, 10)
+        self.map = nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        y = F.relu(self.c2(F.max_pool2d(F.relu(self.c1(x)), 2)))
+        f = F.relu(self.fc(y.flatten(1)))
+        prob, box, landmarks = torch.softmax(self.prob(f), -1), self.box(f), self.landmarks(f)
+        if self.kind == "tuple":
+            return prob, box, landmarks
+        if self.kind == "dict":
+            return {"prob": prob, "box": box, "landmarks": landmarks}
+        if self.kind == "nested":
+            return prob, (box, [landmarks, self.map(y)])
+        return {"heads": (prob, box), "maps": {"map": self.map(y)}, "landmarks": landmarks}
+
+
+MULTI_HEAD_KINDS = ["tuple", "dict", "nested", "dict_nested"]
+FACES = [[torch.randn(8, 3, 24, 24, generator=torch.Generator().manual_seed(i))] for i in range(3)]
+
+
+def multi_head(kind: str) -> nn.Module:
+    torch.manual_seed(0)
+    return MultiHead(kind).eval()
+
+
+@functools.cache
+def multi_head_quantized(kind: str) -> nn.Module:
+    """(shared with test_export_onnx: one quantization per kind)"""
+    return mct.ptq.pytorch_post_training_quantization(multi_head(kind), lambda: iter(FACES))[0]
+
+
+def leaves(out):
+    """The tensors of an output structure, in order, with the structure as a nested type signature."""
+    if isinstance(out, torch.Tensor):
+        return [out], "T"
+    items = list(out.items()) if isinstance(out, dict) else list(enumerate(out))
+    parts = [(k, leaves(v)) for k, v in items]
+    return [t for _, (ts, _) in parts for t in ts], (type(out).__name__, [(k, sig) for k, (_, sig) in parts])
+
+
+@pytest.mark.parametrize("kind", MULTI_HEAD_KINDS)
+def test_multi_head_outputs_keep_their_structure_and_follow_the_float_heads(kind):
+    model, q = multi_head(kind), multi_head_quantized(kind)
+    x = torch.randn(4, 3, 24, 24, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        (f_heads, f_sig), (q_heads, q_sig) = leaves(model(x)), leaves(q(x))
+    assert q_sig == f_sig and [t.shape for t in q_heads] == [t.shape for t in f_heads]
+    for f, y in zip(f_heads, q_heads):
+        assert 10 * torch.log10(f.pow(2).sum() / (f - y).pow(2).sum()) > 20
+    if kind == "dict_nested":  # mixed precision reads every head
+        target = mct.core.ResourceUtilization(weights_memory=20000)  # (8-bit: about 21 kB)
+        q2, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter(FACES), target)
+        assert info.final_resource_utilization.weights_memory <= 20000 and leaves(q2(x))[1] == f_sig

@@ -27,8 +27,26 @@ def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_con
     data = KerasRepresentativeData(representative_data_gen)
     example = data.first_batch()
     graph = capture(in_model, example)
+    _keep_output_structure(graph, in_model)
     data.n_inputs = len(example)
     return PipelineState(graph, core_config, KerasAdapter(graph), tpc), data
+
+
+def _keep_output_structure(graph: Any, in_model: Any) -> None:
+    """Give the graph the model's own output structure (a dict of heads, nested lists): the capture
+    lists the outputs flat, in keras.tree's order, and a quantized model returning that list would
+    hand a dict model's heads back in sorted-key order, unnamed."""
+    import keras
+
+    from hwquant.keras.capture import functional_of
+
+    struct = getattr(functional_of(in_model), "_outputs_struct", None)
+    if not isinstance(struct, (dict, list, tuple)) or \
+            (isinstance(struct, list) and not any(isinstance(s, (dict, list, tuple)) for s in struct)):
+        return  # one tensor, or a flat list: the capture's form already
+    flat = graph.outputs if isinstance(graph.outputs, list) else [graph.outputs]
+    if len(keras.tree.flatten(struct)) == len(flat):
+        graph.outputs = keras.tree.pack_sequence_as(struct, flat)
 
 
 def keras_post_training_quantization(in_model: Any, representative_data_gen: Callable[[], Any],
