@@ -42,3 +42,22 @@ def timed(store: dict, key: str = "seconds"):
         yield store
     finally:
         store[key] = time.perf_counter() - t0
+
+
+# Operators whose weight inputs a quantizer would quantize (ONNX Runtime's QDQ puts a DequantizeLinear
+# between a quantized initializer and its reader).
+_ONNX_WEIGHT_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "LSTM", "GRU", "RNN", "Gather", "PRelu",
+                    "BatchNormalization", "InstanceNormalization", "LayerNormalization", "Einsum"}
+
+
+def onnx_layers_left_float(path) -> int:
+    """Operators of an ONNX file that read a float weight (an initializer of more than one value) directly,
+    not through a DequantizeLinear: the layers a QDQ quantizer left float."""
+    import numpy as np
+    import onnx
+
+    model = onnx.load(str(path))
+    floats = {i.name for i in model.graph.initializer
+              if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16) and int(
+                  np.prod(i.dims or [1])) > 1}
+    return sum(1 for n in model.graph.node if n.op_type in _ONNX_WEIGHT_OPS and any(i in floats for i in n.input))

@@ -65,6 +65,17 @@ def build_model(name: str) -> torch.nn.Module:
     return models.load_cached_fashion_model(name)
 
 
+def layers_left_float(qmodel: torch.nn.Module) -> int:
+    """Layers of MCT's quantized model that carry float weights outside any weight-quantizing wrapper."""
+    wrapped = set()
+    for name, m in qmodel.named_modules():
+        if type(m).__name__ == "PytorchQuantizationWrapper" and getattr(m, "weights_quantizers", None):
+            wrapped.update(n for n, _ in m.named_modules(prefix=name))
+    return sum(1 for name, m in qmodel.named_modules()
+               if name not in wrapped and not list(m.children())
+               and any(p.is_floating_point() for p in m.parameters(recurse=False)))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -155,6 +166,7 @@ def main(argv=None) -> None:
 
     out = {
         "tool": f"MCT {mct.__version__}",
+        "layers_left_float": layers_left_float(qmodel),
         "variant": args.variant,
         "ptq_seconds": seconds,
         "eval_logits": predict(data["eval"]),
