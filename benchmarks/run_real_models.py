@@ -1,6 +1,6 @@
 """Real models benchmark: pretrained networks shipped by packages beyond torchvision (a transformer
 text encoder, LSTM / GRU models, detectors, OCR models, a small MobileNetV3 classifier, a voice
-activity detector with an STFT front end), quantized
+activity detector with an STFT front end, and models shipped as ONNX converted by onnx2torch), quantized
 by hwquant, by MCT 2.6.1 (its own venv) and by ONNX Runtime's quantize_static, in one run.
 
     bash benchmarks/fetch_real_models.sh && bash benchmarks/setup_peers.sh
@@ -78,6 +78,25 @@ def _text_region_f1(ref, out):
     return 2 * tp / max(a.sum().item() + b.sum().item(), 1)
 
 
+def _probability_map_f1(shape: tuple, threshold: float) -> Callable:
+    """F1 of the pixels above `threshold` in the quantized map against those of the float map."""
+    def metric(ref, out):
+        a, b = ref.reshape(len(ref), *shape) > threshold, out.reshape(len(out), *shape) > threshold
+        tp = (a & b).sum().item()
+        return 2 * tp / max(a.sum().item() + b.sum().item(), 1)
+    return metric
+
+
+def _yolox_detections(ref, out):
+    """F1 of the confident anchors (objectness x class > 0.3) of the quantized model against the float model's."""
+    def confident(x):
+        x = x.reshape(len(x), -1, 6)
+        return x[..., 4] * x[..., 5] > 0.3
+    a, b = confident(ref), confident(out)
+    tp = (a & b).sum().item()
+    return 2 * tp / max(a.sum().item() + b.sum().item(), 1)
+
+
 def _face_decisions(prob_slice: slice, channels_first: bool = False, hw: int = 0) -> Callable:
     def metric(ref, out):
         def decide(x):
@@ -106,6 +125,9 @@ TASKS: Dict[str, tuple] = {  # name: (metric label, function of (float, quantize
     "efficientnet_lite0": ("top-1 agreement", _top1),
     "ppocr_cls_mobilenetv3": ("top-1 agreement", _top1),
     "silero_vad_stft": ("speech-decision agreement", lambda ref, out: float(((ref > 0.5) == (out > 0.5)).float().mean())),
+    "ppocr_det_dbnet": ("text-region F1 (p > 0.3)", _probability_map_f1((320, 320), 0.3)),
+    "ppocr_rec_svtr": ("string agreement", _ctc_agreement(40, 6625)),
+    "ddddocr_det_yolox": ("confident-anchor F1", _yolox_detections),
 }
 
 

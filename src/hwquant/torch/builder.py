@@ -106,18 +106,20 @@ def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory
 
 def _guard_sizes(g: fx.Graph, placeholder: fx.Node, node: Node) -> None:
     """Checks that an input has sizes the capture allowed (torch.export specialised the model on
-    them): called outside them, the quantized model says so instead of silently running the branch
-    it was captured with."""
+    them, or the real-input trace recorded constants for them): called outside them, the quantized
+    model says so instead of silently running the branch or constants it was captured with. The
+    capture may say why (`size_reason`); the default is torch.export's."""
+    reason = node.framework_attr.get("size_reason") or (
+        "the model was captured through torch.export, which assumed that because the model's forward depends on it "
+        "(a branch on a size, a hard-coded shape); call it within that, or write the forward with tensor operations "
+        "so that torch.fx can capture it")
     for dim, (lo, hi) in sorted(node.framework_attr.get("size_ranges", {}).items()):
         actual = g.call_method("size", (placeholder, dim))
         for op, bound, words in ((operator.eq, lo, "exactly"), (operator.ge, lo, "at least"), (operator.le, hi, "at most")):
             if bound is None or (op is operator.eq) != (lo == hi) or (op is operator.le and lo == hi):
                 continue
-            g.call_function(torch._assert, (g.call_function(op, (actual, bound)), (
-                f"input '{node.name}' must have {words} {bound} in dimension {dim}: the model was captured through "
-                "torch.export, which assumed that because the model's forward depends on it (a branch on a size, "
-                "a hard-coded shape); call it within that, or write the forward with tensor operations so that "
-                "torch.fx can capture it")))
+            g.call_function(torch._assert, (g.call_function(op, (actual, bound)),
+                                            f"input '{node.name}' must have {words} {bound} in dimension {dim}: {reason}"))
 
 
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,

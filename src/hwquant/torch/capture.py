@@ -2,13 +2,18 @@
 
 torch.fx symbolic tracing first (it keeps layers as layers); when it cannot trace the model (Python
 control flow on tensor values or shapes, unsupported constructs), torch.export is tried, which
-specialises shape-dependent control flow on the example inputs (see `export_capture.py`). A model
-neither can capture gets a `CaptureError` naming the module and the construct, and what to do.
+specialises shape-dependent control flow on the example inputs (see `export_capture.py`); when that
+fails too (values read from tensors: models converted from ONNX), the model is traced on the real
+inputs with those values recorded as constants (see `concrete_capture.py`). A model no route captures
+gets a `CaptureError` saying where and why each route failed, and what to do.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
+import io
+import sys
 import threading
 import traceback
 from typing import Any, Dict, Sequence, Tuple
@@ -19,6 +24,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.concurrency import CAPTURE_LOCK
 from hwquant.core.graph import Graph
+from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.export_capture import capture_with_export
 from hwquant.torch.functional_layers import functional_calls_to_layers
 from hwquant.torch.fx_graph import CaptureError, graph_from_fx
@@ -116,6 +122,52 @@ def functionalize_in_place_ops(gm: fx.GraphModule) -> int:
     return count
 
 
+def _quiet_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
+    """capture_with_export, without the partial graphs torch.export prints to stderr when it fails (hundreds
+    of lines for a model the next route captures); anything else written to stderr meanwhile is passed on."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            return capture_with_export(model, example_inputs, name)
+    finally:
+        kept, in_graph = [], False
+        for text_line in buffer.getvalue().splitlines(keepends=True):
+            if text_line.startswith("def forward("):  # a printed graph: its indented body and blank lines follow
+                in_graph = True
+                while kept and not kept[-1].strip():
+                    kept.pop()
+                continue
+            if in_graph and (not text_line.strip() or text_line[0] in " \t"):
+                continue
+            in_graph = False
+            kept.append(text_line)
+        if "".join(kept).strip():
+            sys.stderr.write("".join(kept))
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+
+
+def _all_routes_failed(name: str, fx_error: BaseException, site: str, line: str, export_error: BaseException,
+                       trace_error: BaseException) -> str:
+    """Where and why each capture route failed, and what to change (the real-input trace's advice when it
+    met a construct it refuses: it is the route that gets furthest)."""
+    if isinstance(trace_error, ConcreteTraceError):
+        trace_text = "\n    ".join(str(trace_error).splitlines())
+        advice = trace_error.advice
+    else:
+        trace_text = _first_line(trace_error)
+        advice = ("make the forward run on the representative inputs (the tracing route runs it as it is), or "
+                  "replace Python control flow on tensor values (if/for/while on a tensor) with tensor operations "
+                  "(torch.where, masking)")
+    return (f"cannot capture {name}:\n  torch.fx failed in {site}: {_first_line(fx_error)}"
+            + (f"\n    at {line}" if line else "")
+            + f"\n  torch.export failed: {_first_line(export_error)}"
+            + f"\n  tracing with the representative inputs failed: {trace_text}"
+            + f"\nWhat to do: {advice}.")
+
+
 def _run_failure_hint(example_inputs: Sequence[Any]) -> str:
     for k, x in enumerate(example_inputs):
         if isinstance(x, torch.Tensor) and not (x.is_floating_point() or x.is_complex()):
@@ -161,21 +213,17 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
         gm = _symbolic_trace(model, concrete or None)
         if concrete:
             _drop_specialised_inputs(gm, len(example_inputs))
-    except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallback
+    except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallbacks
         site, line = _failure_site(fx_error)
         try:
             with CAPTURE_LOCK:  # (torch.export's dynamo is not thread-safe either)
-                return capture_with_export(model, example_inputs, name)
+                return _quiet_export(model, example_inputs, name)
         except Exception as export_error:  # noqa: BLE001
-            raise CaptureError(
-                f"cannot capture {name}: torch.fx failed in {site} ({type(fx_error).__name__}: "
-                f"{str(fx_error).splitlines()[0] if str(fx_error) else ''})"
-                + (f"\n  at {line}" if line else "")
-                + f"\n  and torch.export failed too: {type(export_error).__name__}: "
-                  f"{str(export_error).splitlines()[0] if str(export_error) else ''}"
-                + "\nWhat to do: replace Python control flow on tensor values (if/for/while on a tensor) with "
-                  "tensor operations (torch.where, masking), or move it outside the model's forward; "
-                  "shape-dependent control flow is fine for torch.export.") from export_error
+            try:  # (thread-local mode, wrappers on this copy only: no lock needed)
+                return capture_with_concrete_trace(model, example_inputs, name)
+            except Exception as trace_error:  # noqa: BLE001
+                raise CaptureError(_all_routes_failed(name, fx_error, site, line, export_error, trace_error)
+                                   ) from trace_error
     functional_calls_to_layers(gm)
     functionalize_in_place_ops(gm)
     try:
