@@ -37,7 +37,8 @@ operation whose inputs depend on the model's inputs is recorded into a torch.fx 
   ``x[i] = v`` on a tensor computed from the inputs is refused (no functional form for any index).
 - ``torch.matmul(x, W)`` with ``W`` a 2-D weight of the model (optionally followed by adding a 1-D
   weight) becomes an ``nn.Linear``: ONNX writes a linear layer on a sequence as MatMul + Add, and the
-  kernel is then quantized as the TPC says for fully connected layers.
+  kernel is then quantized as the TPC says for fully connected layers; ONNX's elementary spellings of
+  hard-swish, SiLU, LayerNorm and a layer's scale-and-shift are folded back (decomposed_ops.py).
 """
 from __future__ import annotations
 
