@@ -80,7 +80,9 @@ class OnnxLikeNet(nn.Module):
         self.register_buffer("w", torch.randn(64, 5, generator=g) / 8)  # (H*W, out): x @ w
         self.register_buffer("b", torch.randn(5, generator=g) / 8)
         self.register_buffer("flat", torch.tensor([0, 0, -1]))
-        with torch.no_grad():
+        with torch.no_grad():  # (seeded: the layers' own initialisation draws from the global generator)
+            self.conv.weight.copy_(torch.randn(8, 3, 3, 3, generator=g) * 0.3)
+            self.conv.bias.copy_(torch.randn(8, generator=g) * 0.1)
             self.bn.running_mean.uniform_(-0.2, 0.2, generator=g)
             self.bn.running_var.uniform_(0.5, 2, generator=g)
 
