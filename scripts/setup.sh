@@ -19,3 +19,6 @@ if [ ! -f "$DOWNSTREAM/.complete-8.4.190-1.3.0-1.1.1" ]; then
         ultralytics==8.4.190 edge-mdt-tpc==1.3.0 edge-mdt-cl==1.1.1
     touch "$DOWNSTREAM/.complete-8.4.190-1.3.0-1.1.1"
 fi
+# MTCNN's trained weights (facenet-pytorch, 2 MB, --no-deps --target .cache/assets/real): the quick
+# real-model fidelity check in the test suite (tests/test_real_models_quick.py).
+bash benchmarks/fetch_real_models.sh facenet-pytorch

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+from hwquant.torch.quantizers import PytorchQuantizationWrapper
 
 PTQ = mct.ptq.pytorch_post_training_quantization
 
@@ -51,7 +51,7 @@ def test_recurrent_and_embedding_weights_take_the_fully_connected_kernel_config(
     torch.manual_seed(0)
     model, data = TokensToClass().eval(), _tokens()
     with caplog.at_level(logging.WARNING, logger="hwquant"):
-        q, info = PTQ(model, lambda: iter(data))
+        q, info = PTQ(model, lambda: iter(data), core_config=_config(quantize_recurrent_and_embedding_weights=True))
     gru, emb, cell = q.gru, q.emb, q.cell
     assert isinstance(gru, PytorchQuantizationWrapper) and isinstance(emb, PytorchQuantizationWrapper)
     assert set(gru.weights_quantizers) == {"weight_ih_l0", "weight_hh_l0", "weight_ih_l0_reverse",
@@ -76,13 +76,16 @@ def test_recurrent_and_embedding_weights_take_the_fully_connected_kernel_config(
     assert _sqnr(model(x), q(x)) > 35
 
 
-def test_leaving_recurrent_weights_float_is_said():
+def test_recurrent_weights_stay_float_by_default_and_it_is_said():
     torch.manual_seed(0)
     model, data = TokensToClass().eval(), _tokens()
-    q, info = PTQ(model, lambda: iter(data), core_config=_config(quantize_recurrent_and_embedding_weights=False))
+    q, info = PTQ(model, lambda: iter(data))
     assert not isinstance(q.gru, PytorchQuantizationWrapper)
     assert set(info.float_layers) == {"emb", "gru", "lstm", "cell", "act"}
-    assert "quantize_recurrent_and_embedding_weights is False" in info.float_layers["gru"]
+    assert "quantize_recurrent_and_embedding_weights=True" in info.float_layers["gru"]
+    # their outputs are quantized all the same (the TPC's default options quantize activations)
+    assert any(u.op == "call_module" and "holder" in u.target for n in q.graph.nodes
+               if n.op == "call_function" and n.args and getattr(n.args[0], "target", None) == "cell" for u in n.users)
 
 
 def test_weights_the_user_switched_off_are_listed():
@@ -105,7 +108,8 @@ def test_keras_kernel_layers_are_all_quantized_or_listed():
     rng = np.random.default_rng(0)
     data = [[rng.normal(size=(4, 16, 16, 3)).astype("float32")] for _ in range(3)]
     q, info = mct.ptq.keras_post_training_quantization(
-        model, lambda: iter(data), target_platform_capabilities=mct.get_target_platform_capabilities("tensorflow", "imx500"))
+        model, lambda: iter(data), core_config=_config(quantize_recurrent_and_embedding_weights=True),
+        target_platform_capabilities=mct.get_target_platform_capabilities("tensorflow", "imx500"))
     wrapped = {layer.layer.name: set(layer.weights_quantizers) for layer in q.layers
                if isinstance(layer, KerasQuantizationWrapper)}
     # the separable convolutions as depthwise + pointwise (the batch norm folded into the pointwise one)
@@ -128,7 +132,7 @@ def test_quantized_recurrent_layers_export_and_reload(tmp_path):
 
     torch.manual_seed(0)
     data = _tokens()
-    q, _ = PTQ(TokensToClass().eval(), lambda: iter(data))
+    q, _ = PTQ(TokensToClass().eval(), lambda: iter(data), core_config=_config(quantize_recurrent_and_embedding_weights=True))
     x = data[0][0]
     with torch.no_grad():
         expected = q(x)

@@ -47,7 +47,8 @@ def _reason(node: Node, adapter: Any, quantize_matrices: bool) -> str:
     if node.opset is None:
         if adapter.matrix_weights(node):
             return ("the TPC lists it under no operator set and "
-                    + ("QuantizationConfig.quantize_recurrent_and_embedding_weights is False" if not quantize_matrices
+                    + ("its weight matrices stay float unless QuantizationConfig.quantize_recurrent_and_embedding_weights=True "
+                       "gives them the TPC's FullyConnected kernel config" if not quantize_matrices
                        else "its FullyConnected operator set quantizes no kernel to lend its weight matrices"))
     if adapter.batch_norm_params(node) is not None:
         return ("a batch norm that could not be folded (its input is no convolution / linear layer that it alone "
