@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import hwquant as mct
+from hwquant.torch.quantizers import PytorchQuantizationWrapper
 
 real_models = pytest.importorskip("benchmarks.real_models")
 skimage_data = pytest.importorskip("skimage.data")
@@ -60,7 +61,13 @@ def test_mtcnn_fidelity_does_not_go_down(net, size):
     order = torch.from_numpy(np.random.default_rng(0).permutation(len(crops)))
     assert len(crops) >= 96, f"only {len(crops)} candidate crops"
     calib, held_out = crops[order[:48]], crops[order[48:96]]
-    q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[calib[:24]], [calib[24:]]]))
+    q, info = mct.ptq.pytorch_post_training_quantization(model, lambda: iter([[calib[:24]], [calib[24:]]]))
+    # every layer with weights is quantized or listed as left float, with the reason (here the PReLUs' slopes)
+    weighted = {name.replace(".", "_") for name, m in model.named_modules()
+                if not list(m.children()) and any(True for _ in m.parameters(recurse=False))}
+    wrapped = {name for name, m in q.named_modules() if isinstance(m, PytorchQuantizationWrapper)}
+    assert weighted == {w for w in weighted if any(n in (w, f"{w}_bn") for n in wrapped)} | set(info.float_layers)
+    assert all(why.startswith("PReLU:") for why in info.float_layers.values())
     with torch.no_grad():
         ref, out = model(held_out), q(held_out)
     total = _sqnr(torch.cat([r.flatten(1) for r in ref], 1), torch.cat([o.flatten(1) for o in out], 1))
