@@ -172,3 +172,37 @@ def test_bops_target_mct_semantics():
     boundary = below  # a boundary reached exactly is met exactly (the solver's tolerance is checked)
     kernels2, _, figure = _bops_run(boundary)
     assert figure <= boundary
+
+
+class WithFlatten(nn.Module):
+    """conv -> ReLU -> flatten -> linear: the flatten is unquantized in IMX500 1.0, quantization-preserving
+    in 4.0 (disabled and preserving, as MCT's TPCs mark it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.conv(x)), 1))
+
+
+# MCT 2.6.1 on WithFlatten (same seeds): 1.0 counts the input (192) and the ReLU output (256) around the
+# fused conv, not the unquantized flatten, and the linear layer's input is float (32-bit BOPs); 4.0's
+# preserving flatten takes the ReLU's 8 bits (256 + 256; 8-bit BOPs). hwquant counted the flatten at
+# 32 bits (1280 bytes on both), which left an activation-memory target nothing to choose on
+# PP-OCRv4's recogniser (its peak was a float flatten).
+MCT_RU_FLATTEN = {"1.0": dict(activation_memory=448, bops=1097728), "4.0": dict(activation_memory=512, bops=606208)}
+
+
+@pytest.mark.parametrize("version", ["1.0", "4.0"])
+def test_activation_memory_counts_quantized_and_preserving_tensors_as_mct(version):
+    torch.manual_seed(0)
+    model = WithFlatten().eval()
+    torch.manual_seed(0)
+    data = [torch.randn(4, 3, 8, 8) for _ in range(2)]
+    ru = mct.core.pytorch_resource_utilization_data(model, lambda: iter([[x] for x in data]),
+                                                    target_platform_capabilities=mct.get_target_platform_capabilities(
+                                                        tpc_version=version, device_type="imx500"))
+    assert {k: getattr(ru, k) for k in MCT_RU_FLATTEN[version]} == MCT_RU_FLATTEN[version]
+    assert ru.weights_memory == 2668

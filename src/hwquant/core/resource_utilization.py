@@ -8,8 +8,10 @@ bit-operations (BOPs), for the final configs or for any choice of candidates.
   topological order), of the activation tensors alive at once (tensors inside a fused group are
   never stored, so they do not count). A tensor lives from the node that
   produces it until its last reader has run; its size is its elements times its bit width (the
-  node's activation bits when quantized, 32 bits otherwise; quantization-preserving nodes keep
-  their input's width).
+  node's activation bits when quantized; quantization-preserving nodes keep their input's width,
+  32 bits behind an unquantized one). As in MCT, tensors neither quantized nor preserving (a
+  reshape the IMX500 1.0 TPC leaves unquantized, a float layer's output) do not count: a float
+  tensor at the peak would hide every activation bit width from an activation-memory target.
 - Total memory: weights + activation memory.
 - BOPs: for each layer with a kernel, multiply-accumulates x kernel bits x input activation bits.
 """
@@ -59,13 +61,20 @@ def node_activation_bits(cfg: Optional[NodeQuantizationConfig]) -> int:
 
 def bits_source(graph: Graph, node: Node) -> Node:
     """The node whose config sets `node`'s output bits: itself, or for a quantization-preserving node
-    the source of its first input."""
+    the source of its first input. A TPC marks such a node preserving with its activation quantization
+    disabled (MCT refuses both set), so the flag alone decides."""
     while node.candidates and node.inputs:
-        a = node.candidates[0].activation_quantization_cfg
-        if not (a.quantization_preserving and a.enable_activation_quantization):
+        if not node.candidates[0].activation_quantization_cfg.quantization_preserving:
             break
         node = graph.node(node.inputs[0])
     return node
+
+
+def counts_in_memory(node: Node) -> bool:
+    """Whether `node`'s output tensor counts in activation memory: quantized or quantization-preserving
+    (MCT's AnyQuantizedNonFused criterion; fused-group insides are left out by `live_sets`)."""
+    return any(c.activation_quantization_cfg.enable_activation_quantization
+               or c.activation_quantization_cfg.quantization_preserving for c in node.candidates)
 
 
 def activation_bits(graph: Graph, config_of: ConfigOf) -> Dict[str, int]:
@@ -91,18 +100,23 @@ def weights_memory(graph: Graph, config_of: ConfigOf) -> float:
 def live_sets(graph: Graph) -> List[List[Node]]:
     """The activation tensors alive at each step of the execution schedule (topological order): a
     tensor lives from its producer until its last reader (model outputs until the end). Tensors
-    inside a fused group (a convolution's output before its activation) are never stored."""
+    inside a fused group (a convolution's output before its activation) are never stored; tensors
+    that are neither quantized nor preserving do not count (`counts_in_memory`)."""
     nodes = list(graph)
-    last_use = {n.name: i for i, n in enumerate(nodes)}
+    position = {n.name: i for i, n in enumerate(nodes)}
+    last_use = dict(position)
     for i, n in enumerate(nodes):
+        # a fused group runs as one kernel: what its first node reads stays alive until its output is
+        # written (MCT's cut at a Conv -> ReLU group holds the convolution's input and the ReLU's output)
+        end = position.get(n.fused_into, i) if n.fused_into else i
         for src in n.inputs:
-            last_use[src] = max(last_use[src], i)
+            last_use[src] = max(last_use[src], end)
     for out in graph.output_names():
         last_use[out] = len(nodes)
     live: Dict[str, Node] = {}
     steps = []
     for i, n in enumerate(nodes):
-        if n.kind != NodeKind.CONSTANT and n.fused_into in (None, n.name):
+        if n.kind != NodeKind.CONSTANT and n.fused_into in (None, n.name) and counts_in_memory(n):
             live[n.name] = n
         steps.append(list(live.values()))
         for name in [k for k in live if last_use[k] <= i]:
