@@ -24,6 +24,11 @@ fi
 if ! "$VPY" -c "import onnx, onnxscript" 2>/dev/null; then
     "$VPY" -m pip install --quiet onnx onnxscript
 fi
+# onnx2torch converts the real models shipped as ONNX (benchmarks/real_models.py) for MCT too; --no-deps:
+# its torch / torchvision / onnx pins must not move the ones above (torchvision is present here).
+if ! "$VPY" -c "import importlib.metadata as m; assert m.version('onnx2torch') == '1.5.15'" 2>/dev/null; then
+    "$VPY" -m pip install --quiet --no-deps onnx2torch==1.5.15
+fi
 echo "peer environment ready: $VENV"
 
 # MCT 2.6.1's Keras path needs TensorFlow <= 2.15 (Keras 2): its own venv, for benchmarks/run_keras.py.
