@@ -1191,6 +1191,20 @@ def _paddle_to_torch_names(sd: dict[str, np.ndarray]) -> dict[str, torch.Tensor]
     return out
 
 
+def _coloured_line(rng: np.random.Generator, text: str):
+    """`text` rendered in colour at a random size and margin, on a photo patch 30 % of the time (PIL RGB)."""
+    from PIL import Image
+    fg, bg = _line_colours(rng)
+    img = _render_line(text, int(rng.integers(24, 44)), fg, bg, margin=int(rng.integers(3, 10)))
+    if rng.uniform() < 0.3:  # the same ink on a photo patch
+        photo = _photo_crop(rng, img.size)
+        ink = np.abs(np.asarray(img, np.float32) - np.asarray(bg, np.float32)).sum(-1) > 60
+        a = np.asarray(photo).copy()
+        a[ink] = np.asarray(fg if np.asarray(photo).mean() > 110 else (255, 255, 255))
+        img = Image.fromarray(a)
+    return img
+
+
 def ppocr_cls_lines(n: int, seed: int) -> tuple[torch.Tensor, list[int]]:
     """Rendered text lines (colour, some on photo backgrounds), half of them rotated 180 degrees,
     preprocessed like PaddleOCR's classifier: height 48, width <= 192, [-1, 1], zero right-padding."""
@@ -1199,14 +1213,7 @@ def ppocr_cls_lines(n: int, seed: int) -> tuple[torch.Tensor, list[int]]:
     out, labels = torch.zeros(n, 3, 48, 192), []
     for i in range(n):
         text = _random_text(rng, (2, 4))
-        fg, bg = _line_colours(rng)
-        img = _render_line(text, int(rng.integers(24, 44)), fg, bg, margin=int(rng.integers(3, 10)))
-        if rng.uniform() < 0.3:  # the same ink on a photo patch
-            photo = _photo_crop(rng, img.size)
-            ink = np.abs(np.asarray(img, np.float32) - np.asarray(bg, np.float32)).sum(-1) > 60
-            a = np.asarray(photo).copy()
-            a[ink] = np.asarray(fg if np.asarray(photo).mean() > 110 else (255, 255, 255))
-            img = Image.fromarray(a)
+        img = _coloured_line(rng, text)
         flip = int(rng.uniform() < 0.5)
         if flip:
             img = img.rotate(180)
@@ -1456,14 +1463,7 @@ def ppocr_rec_lines(n: int, seed: int) -> tuple[torch.Tensor, list[str]]:
     out, texts = torch.zeros(n, 3, 48, 320), []
     for i in range(n):
         text = _random_text(rng, (1, 3))
-        fg, bg = _line_colours(rng)
-        img = _render_line(text, int(rng.integers(24, 44)), fg, bg, margin=int(rng.integers(3, 10)))
-        if rng.uniform() < 0.3:  # the same ink on a photo patch
-            photo = _photo_crop(rng, img.size)
-            ink = np.abs(np.asarray(img, np.float32) - np.asarray(bg, np.float32)).sum(-1) > 60
-            a = np.asarray(photo).copy()
-            a[ink] = np.asarray(fg if np.asarray(photo).mean() > 110 else (255, 255, 255))
-            img = Image.fromarray(a)
+        img = _coloured_line(rng, text)
         w = min(320, max(1, math.ceil(48 * img.width / img.height)))
         out[i, :, :, :w] = _bgr_pm1(img.resize((w, 48), Image.BILINEAR))
         texts.append(text)

@@ -186,22 +186,17 @@ def fold_scale_shift(gm: fx.GraphModule) -> int:
             continue
         out_shape = list(meta.shape)
         channel_dim = -1 if isinstance(layer, nn.Linear) else 1
-        scale = shift = None
+        vectors = {}
         chain, last = [], node
-        user = _only_user(last)
-        pair = _binary(user, "mul")
-        if pair is not None and _operand_tensor(gm, _other(pair, last)) is not None:
-            scale = _channel_vector(_operand_tensor(gm, _other(pair, last)), out_shape, channel_dim)
-            if scale is not None:
+        for op in ("mul", "add"):  # a per-channel scale, then a per-channel shift, each optional
+            user = _only_user(last)
+            pair = _binary(user, op)
+            operand = None if pair is None else _operand_tensor(gm, _other(pair, last))
+            vectors[op] = None if operand is None else _channel_vector(operand, out_shape, channel_dim)
+            if vectors[op] is not None:
                 chain.append(user)
                 last = user
-        user = _only_user(last)
-        pair = _binary(user, "add")
-        if pair is not None and _operand_tensor(gm, _other(pair, last)) is not None:
-            shift = _channel_vector(_operand_tensor(gm, _other(pair, last)), out_shape, channel_dim)
-            if shift is not None:
-                chain.append(user)
-                last = user
+        scale, shift = vectors["mul"], vectors["add"]
         if not chain:
             continue
         new = copy.deepcopy(layer)
