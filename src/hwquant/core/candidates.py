@@ -76,7 +76,8 @@ def assign_candidates(graph: Graph, fqc: Any, core_config: CoreConfig, adapter: 
                            for op in options]
     for node in graph:
         producer = _tuple_producer(graph, node)
-        if producer is not None and (graph.successors(node) or graph.is_output(node)):  # an output of a layer that returns several (a GRU's sequence, its state)
+        # an output of a layer that returns several (a GRU's sequence, its state), read by something
+        if producer is not None and (graph.successors(node) or graph.is_output(node)):
             node.candidates = [_make_candidate(node, c.op_config, core_config, adapter) for c in producer.candidates]
     output_method = core_config.quantization_config.output_activation_error_method
     if output_method is not None:
@@ -142,10 +143,10 @@ def apply_fusing(graph: Graph, fqc: Any) -> List[List[str]]:
 
 def _runs_in_float(node: Node, adapter: FrameworkAdapter) -> bool:
     """A layer that computes in float whatever its input grid: one with weights of which no candidate
-    quantizes any and whose output is not quantized, or one no operator set of the TPC lists that only
-    borrows the fully-connected kernel config for its weight matrices (an LSTM / GRU: run on the host with
-    8-bit weights and float arithmetic, as TFLite's dynamic-range LSTM and ONNX Runtime's dynamic
-    quantization run them)."""
+    quantizes any and whose output is not quantized, or one no operator set of the TPC lists whose weights
+    are matrices of products (an LSTM / GRU: run on the host in float arithmetic, with float weights, or
+    8-bit ones where quantize_recurrent_and_embedding_weights lends them the fully-connected kernel config,
+    as TFLite's dynamic-range LSTM runs them)."""
     if node.kind != NodeKind.MODULE or not node.weights or not node.candidates:
         return False
     if node.opset is None and adapter.matrix_weights(node):

@@ -88,7 +88,7 @@ _WEIGHTS = _Profile(n_coarse=20, r_min=1 / 32, n_refine=8, n_stages=2, m_grid=5,
 # Only where a channel has few weights: with many, every threshold aligns about as well, and the weight
 # error's small gain above no-clipping is noise that the output pays for (MTCNN O-Net's 256-input face
 # classifier: face-probability SQNR 31.8 dB searched above, 36.6 dB not; MCT 35.2).
-_WEIGHTS_MANY = _Profile(n_coarse=20, r_min=1 / 32, n_refine=8, n_stages=2, m_grid=5, n_grid_stages=3)
+_WEIGHTS_MANY = _Profile(**{**vars(_WEIGHTS), "n_above": 0, "r_max": 1.0})  # the same search, none above
 FEW_WEIGHTS_PER_CHANNEL = 64
 
 _CHUNK = 1 << 18  # values (rows x candidates x columns) fake-quantized at once (fits L2)
