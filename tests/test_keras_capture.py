@@ -128,6 +128,9 @@ def test_separable_and_recurrent_layers_are_captured_as_the_function_they_comput
     assert graph.node("sep_dw").type is layers.DepthwiseConv2D and graph.node("sep_pw").type is layers.Conv2D
     assert graph.node("sep_pw").inputs == ["sep_dw"] and graph.node("sep_norm").inputs == ["sep_pw"]
     assert graph.node("sep1_dw").type is layers.DepthwiseConv1D and graph.node("sep1_pw").type is layers.Conv1D
+    # every node keeps the layer it came from (messages, scope filters), and its output is a float tensor
+    assert graph.node("sep_dw").module_path == graph.node("sep_pw").module_path == "sep"
+    assert graph.node("dw").module_path == "dw" and graph.node("sep_dw").float_output is True
     # a recurrent layer's `activation` is its cell's: it stays inside (splitting it off changed the function)
     assert "gru_activation" not in graph and graph.node("gru").framework_attr["activation"] == "tanh"
     # a Bidirectional layer's two cells keep their own weights

@@ -170,10 +170,10 @@ class _Builder:
         channels = int(next(n for n in self.nodes if n.name == inputs[0]).output_shape[-1])
         dw_shape = tuple(shape[:-1]) + (channels * int(dw_cfg["depth_multiplier"]),)
         dw = self.add(Node(self.unique(dw_name), NodeKind.MODULE, dw_type, inputs, dw_layer.get_config(), dw_w,
-                           dw_layer, args, kwargs, dw_shape, path))
+                           dw_layer, args, kwargs, dw_shape, module_path=path))
         pw_layer = pw_type.from_config(pw_cfg)
         return self.add(Node(self.unique(pw_name), NodeKind.MODULE, pw_type, [dw.name], pw_layer.get_config(), pw_w,
-                             pw_layer, (InputRef(0),), {}, shape, path))
+                             pw_layer, (InputRef(0),), {}, shape, module_path=path))
 
     def call(self, op: Any, knode: Any, prefix: str) -> None:
         keras = _keras()
@@ -194,15 +194,15 @@ class _Builder:
                 node = self.separable(op, config, name, inputs, args, kwargs, shape, f"{prefix}{op.name}")
             else:
                 node = self.add(Node(name, NodeKind.MODULE, type(op), inputs, config, _layer_weights(op), op, args,
-                                     kwargs, shape, f"{prefix}{op.name}"))
+                                     kwargs, shape, module_path=f"{prefix}{op.name}"))
             if split:
                 act = keras.layers.Activation(activation, name=f"{op.name}_activation")
                 node = self.add(Node(self.unique(f"{name}_activation"), NodeKind.MODULE, keras.layers.Activation,
                                      [node.name], act.get_config(), {}, act, (InputRef(0),), {}, shape,
-                                     f"{prefix}{op.name}"))
+                                     module_path=f"{prefix}{op.name}"))
         else:
             node = self.add(Node(name, NodeKind.FUNCTION, type(op), inputs, _plain_config(op), {}, op, args, kwargs,
-                                 shape, f"{prefix}{op.name}"))
+                                 shape, module_path=f"{prefix}{op.name}"))
         node.float_output = all(_is_float(t.dtype) for t in outputs)
         if len(outputs) == 1:
             self.names[id(outputs[0])] = node.name
@@ -210,7 +210,7 @@ class _Builder:
             for k, t in enumerate(outputs):  # one getitem node per output of a multi-output call
                 item = self.add(Node(self.unique(f"{node.name}_{k}"), NodeKind.FUNCTION, "getitem", [node.name],
                                      {"index": k}, {}, "getitem", (InputRef(0), k), {},
-                                     _batched(t.shape, self.batch), node.module_path))
+                                     _batched(t.shape, self.batch), module_path=node.module_path))
                 item.float_output = _is_float(t.dtype)
                 self.names[id(t)] = item.name
 
