@@ -11,11 +11,11 @@ from torch import nn
 import hwquant as mct
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
-from hwquant.gptq.pytorch_hessian import activation_hessian_scores
-from hwquant.gptq.pytorch_loss import multiple_tensors_mse_loss, sample_layer_attention_loss
-from hwquant.gptq.pytorch_quantizers import (BasePytorchGPTQTrainableQuantizer, STESymmetricGPTQ, STEUniformGPTQ,
+from hwquant.torch.gptq.hessian import activation_hessian_scores
+from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
+from hwquant.torch.gptq.quantizers import (BasePytorchGPTQTrainableQuantizer, STESymmetricGPTQ, STEUniformGPTQ,
                                              SymmetricSoftRoundingGPTQ, UniformSoftRoundingGPTQ)
-from hwquant.gptq.pytorch_runner import GradualActivationQuantizer
+from hwquant.torch.gptq.training import GradualActivationQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.tpc.enums import QuantizationMethod as QM
 from hwquant.torch.metadata import read_metadata
@@ -248,7 +248,7 @@ def test_gptq_learns_the_rounding(setup, ptq_model, kw):
 def test_uncached_teacher_trains_the_same(setup, monkeypatch):
     """When the teacher's activations do not fit the cache budget, the teacher runs at every step:
     the same training, step for step."""
-    from hwquant.gptq import pytorch_runner
+    from hwquant.torch.gptq import training as pytorch_runner
     assert pytorch_runner.teacher_cache_budget(torch.device("cpu")) >= pytorch_runner.TEACHER_CACHE_BYTES
     cached = run(setup, n_epochs=1, use_hessian_based_weights=False, use_hessian_sample_attention=False)[1]
     monkeypatch.setattr(pytorch_runner, "teacher_cache_budget", lambda device: 0)

@@ -191,7 +191,7 @@ def test_export_data_with_the_wrong_channels(quantized, tmp_path):
 
 
 def test_export_into_a_read_only_folder(quantized, tmp_path, monkeypatch):
-    from hwquant.exporter import pytorch_exporter
+    from hwquant.torch import export as pytorch_exporter
 
     def read_only(path, data):
         raise OSError(errno.EROFS, "Read-only file system", str(path))

@@ -79,10 +79,34 @@ def test_mixed_precision_under_a_weights_target():
     x = data[0]
     f, y = (np.asarray(keras.ops.convert_to_numpy(m(x))) for m in (_net(), q))
     assert 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 15
-    with pytest.raises(ValueError, match="Hessian-weighted mixed precision is not available for Keras"):
-        mct.ptq.keras_post_training_quantization(
-            _net(), gen, target_resource_utilization=target, core_config=mct.core.CoreConfig(
-                mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig(use_hessian_based_scores=True)))
+    # Hessian-weighted distances (the same measurement loop as PyTorch's, traces by output probes)
+    hq, hinfo = mct.ptq.keras_post_training_quantization(
+        _net(), gen, target_resource_utilization=target, core_config=mct.core.CoreConfig(
+            mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig(use_hessian_based_scores=True)))
+    assert hinfo.final_resource_utilization.weights_memory <= target.weights_memory
+    y = np.asarray(keras.ops.convert_to_numpy(hq(x)))
+    assert 10 * np.log10((f ** 2).sum() / ((f - y) ** 2).sum()) > 15
+
+
+def test_keras_hessian_traces_match_their_closed_form():
+    """Point h = the first Dense's output, output y = h W2 + b2: the probe estimate of the trace of
+    d(v . y / |y|)/dh is ||W2||_F^2 / (E|y|^2 * size(h)) per sample, here within the probes' spread."""
+    from hwquant.keras.capture import capture
+    from hwquant.keras.mixed_precision import KerasSensitivityBackend
+
+    rng = np.random.default_rng(0)
+    inp = keras.Input((6,))
+    model = keras.Model(inp, keras.layers.Dense(8, name="d2")(keras.layers.Dense(12, name="d1")(inp)))
+    x = rng.standard_normal((256, 6)).astype(np.float32)
+    graph = capture(model, [x[:4]])
+    backend = KerasSensitivityBackend()
+    backend.build(graph, [], ["d1", "d2"], [[x]], mct.core.MixedPrecisionQuantizationConfig())
+    traces = backend.hessian_traces(["d1"], ["d2"])
+    w2 = np.asarray(keras.ops.convert_to_numpy(model.get_layer("d2").kernel), np.float64)
+    y = np.asarray(keras.ops.convert_to_numpy(model(x)), np.float64)
+    energy = (y ** 2).sum(1).mean()
+    expected = len(x) * (w2 ** 2).sum() / energy / 12
+    assert traces["d1"] == pytest.approx(expected, rel=0.15)
 
 
 def test_save_and_load_keep_the_quantized_model(quantized, tmp_path):

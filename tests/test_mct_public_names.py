@@ -51,7 +51,7 @@ def test_tpc_io_handler_round_trip(tmp_path):
 def test_activation_trainable_base_class():
     base = mct.trainable_infrastructure.BasePytorchActivationTrainableQuantizer
     assert issubclass(base, mct.trainable_infrastructure.BasePytorchTrainableQuantizer)
-    from hwquant.trainable_infrastructure.pytorch import quantizers
+    from hwquant.torch.trainable import quantizers
     assert issubclass(quantizers.STESymmetricActivationTrainableQuantizer, base)
     assert not issubclass(quantizers.STESymmetricWeightsTrainableQuantizer, base)
 

@@ -238,13 +238,14 @@ def run_ptq_stages(session):
 def test_measured_sensitivity_equals_a_full_run_of_each_configuration():
     from hwquant.core.resource_utilization import max_bits_config
     from hwquant.torch.builder import QuantizerFactory, build_module
-    from hwquant.torch.mixed_precision import candidate_sensitivity
+    from hwquant.core.mixed_precision.measurement import candidate_sensitivity
+    from hwquant.torch.mixed_precision import TorchSensitivityBackend
 
     graph, configurable = _calibrated()
     distance = lambda a, b: ((a - b) ** 2).flatten(1).mean(1)  # noqa: E731
     mp = mct.core.MixedPrecisionQuantizationConfig(compute_distance_fn=distance, num_of_images=16,
                                                    metric_epsilon=None)
-    scores = candidate_sensitivity(graph, configurable, gen(), mp, "cpu")
+    scores = candidate_sensitivity(graph, configurable, gen(), mp, TorchSensitivityBackend("cpu"))
     points = [n.name for n in configurable if n.name not in graph.output_names()]
     x = DATA[0][0]
     float_model = build_module(graph, None, extra_outputs=points).eval()
@@ -264,12 +265,13 @@ def test_measured_sensitivity_equals_a_full_run_of_each_configuration():
 
 
 def test_probe_estimate_ranks_candidates_like_the_measurement():
-    from hwquant.torch.mixed_precision import candidate_sensitivity
+    from hwquant.core.mixed_precision.measurement import candidate_sensitivity
+    from hwquant.torch.mixed_precision import TorchSensitivityBackend
 
     graph, configurable = _calibrated()
-    probed = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(), "cpu")
+    probed = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(), TorchSensitivityBackend("cpu"))
     measured = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(
-        distance_weighting_method=mct.core.MpDistanceWeighting.EXP, exp_distance_weighting_sigma=1e-3), "cpu")
+        distance_weighting_method=mct.core.MpDistanceWeighting.EXP, exp_distance_weighting_sigma=1e-3), TorchSensitivityBackend("cpu"))
     for p_row, m_row in zip(probed, measured):
         assert np.argsort(p_row).tolist() == np.argsort(m_row).tolist() == [0, 1, 2]
     # the 2-bit candidates: both ways agree on which layers suffer most (Spearman correlation)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
+from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.builder import QuantizerFactory, build_module
 from hwquant.torch.output_mean_correction import _Stream, channel_axis, channel_mean, correct_output_means
 
@@ -139,7 +139,7 @@ def test_built_models_do_not_share_the_graphs_weights(data):
 
 @pytest.mark.parametrize("winner", ["analytic", "measured"])
 def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner, monkeypatch):
-    from hwquant.gptq import pytorch_bias_correction as B
+    from hwquant.torch.gptq import bias_correction as B
     torch.manual_seed(0)
     adapter, graph = _ptq_state(Net(), data)
     layers = ["c1", "c2", "fc"]
@@ -165,7 +165,7 @@ def test_a_layer_without_bias_is_refitted_from_zero(data, monkeypatch):
     """A winning measured correction is fitted again on all samples from the trained biases: a layer
     that had none starts from zero, not from the half-data fit (observed after its ReLU, where the
     secant step makes the result depend on the start)."""
-    from hwquant.gptq import pytorch_bias_correction as B
+    from hwquant.torch.gptq import bias_correction as B
     from hwquant.torch.output_mean_correction import channel_means
     torch.manual_seed(0)
     adapter, graph = _ptq_state(Net(bias=False), data)

@@ -14,7 +14,7 @@ from hwquant.trainable_infrastructure import (BasePytorchTrainableQuantizer, Qua
                                               TrainableQuantizerActivationConfig, TrainableQuantizerWeightsConfig,
                                               TrainingMethod, VariableGroup, get_trainable_quantizer_class,
                                               mark_quantizer)
-from hwquant.trainable_infrastructure import pytorch as tq
+from hwquant.torch import trainable as tq
 
 W, A = QuantizationTarget.Weights, QuantizationTarget.Activation
 STE, LSQ = TrainingMethod.STE, TrainingMethod.LSQ

@@ -11,17 +11,16 @@ from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, Defaul
 from hwquant.core import mixed_precision_quantization_config, quantization_config  # noqa: F401 (MCT's modules)
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.quantization_config import DEFAULTCONFIG, ChannelAxis, CustomOpsetLayers  # noqa: F401
+from hwquant.lazy import lazy_table
+
+
+_FACADES = {"pytorch_resource_utilization_data": "hwquant.torch.facade",
+            "keras_resource_utilization_data": "hwquant.keras.facade"}
+_facade, _facade_names = lazy_table("hwquant.core", _FACADES)
 
 
 def __getattr__(name: str):
     if name == "common":  # MCT's internal module path that downstream code reaches (see core/common)
         import importlib
         return importlib.import_module("hwquant.core.common")
-    # Framework facades live with their framework; loaded on first use so importing core never loads torch.
-    if name == "pytorch_resource_utilization_data":
-        from hwquant.torch.resource_utilization_data import pytorch_resource_utilization_data
-        return pytorch_resource_utilization_data
-    if name == "keras_resource_utilization_data":
-        from hwquant.keras.facade import keras_resource_utilization_data
-        return keras_resource_utilization_data
-    raise AttributeError(f"module 'hwquant.core' has no attribute '{name}'")
+    return _facade(name)  # framework facades live with their framework, loaded on first use

@@ -163,10 +163,9 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         to its TensorStatistics (summarised on the framework side, for speed); returns the number
         of batches."""
 
-    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                                    mp_config: Any) -> List[List[float]]:
-        """For each configurable node, the sensitivity of each of its candidates (the distance it causes
-        when that node alone takes it; smaller is better), per MixedPrecisionQuantizationConfig."""
+    def sensitivity_backend(self) -> Any:
+        """The primitives of the mixed-precision sensitivity loop (a
+        core.mixed_precision.measurement.SensitivityBackend)."""
 
     def build(self, graph: Graph, quantized: bool) -> Any:
         """The framework model of `graph` (quantized: with the nodes' final quantization)."""

@@ -29,7 +29,7 @@ def _plain(value: Any) -> Any:
 
 def quantization_metadata(tpc: Any, core_config: Any, framework: str, method: str) -> Dict[str, Any]:
     """The metadata dict (JSON-safe) of a model quantized with ``tpc`` and ``core_config``."""
-    from hwquant import __version__
+    from hwquant.version import __version__
 
     qc = core_config.quantization_config
     settings = {name: _plain(getattr(qc, name)) for name in type(qc).model_fields}

@@ -1,14 +1,11 @@
-"""`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free; the
-PyTorch functions load torch on first use."""
+"""`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free; each
+framework's functions load on first use (hwquant.torch.gptq)."""
 from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # noqa: F401
                                  GradualActivationQuantizationConfig, QFractionLinearAnnealingConfig, RoundingType)
+from hwquant.lazy import lazy_table
 
-_LAZY = {"get_pytorch_gptq_config": "hwquant.gptq.pytorch_config",
-         "pytorch_gradient_post_training_quantization": "hwquant.gptq.pytorch_facade"}
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'hwquant.gptq' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_table("hwquant.gptq", {
+    "get_pytorch_gptq_config": "hwquant.torch.gptq.config",
+    "pytorch_gradient_post_training_quantization": "hwquant.torch.gptq.facade",
+}, eager=("GPTQHessianScoresConfig", "GradientPTQConfig", "GradualActivationQuantizationConfig",
+          "QFractionLinearAnnealingConfig", "RoundingType"))

@@ -125,10 +125,9 @@ class KerasAdapter(KerasCorrectionFacts):
             return np.moveaxis(grouped, (0, 1), (rank - 2, rank - 1))
         return np.moveaxis(kernel, (0, 1), (rank - 1, rank - 2))
 
-    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                                    mp_config: Any) -> List[List[float]]:
-        from hwquant.keras.mixed_precision import candidate_sensitivity
-        return candidate_sensitivity(graph, configurable, data, mp_config)
+    def sensitivity_backend(self) -> Any:
+        from hwquant.keras.mixed_precision import KerasSensitivityBackend
+        return KerasSensitivityBackend()
 
     # ---- running and building --------------------------------------------------------------------
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],

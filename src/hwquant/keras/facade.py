@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from hwquant.concurrency import KERAS_LOCK
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.facade_common import check_target, debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 
@@ -59,12 +60,11 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     quantized activations through KerasActivationQuantizationHolder layers.
     """
     from hwquant.core.pipeline import run_ptq
-    from hwquant.ptq import _check_target, debug_bypass, user_information
     from hwquant.tpc import get_target_platform_capabilities
 
     if debug_bypass(core_config):
         return in_model, None
-    _check_target(target_resource_utilization)
+    check_target(target_resource_utilization)
     start = time.perf_counter()
     tpc_source = target_platform_capabilities if target_platform_capabilities is not None \
         else get_target_platform_capabilities()

@@ -1,13 +1,11 @@
-"""Mixed-precision sensitivities of a Keras model, measured: for each configurable node and candidate,
-the quantized model with that node at the candidate and every other configurable node at its largest
-candidate, run on the first `num_of_images` images; its distances to the float model at the interest
-points and outputs combine by MCT's rules (core/mixed_precision/sensitivity.py). Hessian weighting
-needs gradients through the float model and is not available for Keras.
+"""Keras' back end of the mixed-precision sensitivity loop (core/mixed_precision/measurement.py): every
+figure is measured (no gradient probes), Hessian weights by output probes through keras/gradients.py.
 
 One quantized model serves every candidate: a candidate's kernels are assigned to its layer's
 weights and its activation grid to a holder whose grid is a variable, so that the model is neither
 rebuilt nor (on TensorFlow) traced again per candidate (MobileNetV2, weights at 75 %: 479 s with a
-model built per candidate)."""
+model built per candidate). The default distance is computed inside the model (squared-error layers
+holding the batch's float reference): one number per sample leaves it, not the tensors."""
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Sequence
@@ -17,12 +15,11 @@ import numpy as np
 from keras import ops
 
 from hwquant.core import quant_math
-from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
-from hwquant.core.graph import Graph, Node
-from hwquant.core.mixed_precision.sensitivity import combine_distances, interest_points, normalise_scores
-from hwquant.core.resource_utilization import max_bits_config
+from hwquant.core.graph import Node
+from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.builder import build_model, set_layer_weights
+from hwquant.keras.gradients import gradients
 from hwquant.keras.quantized_model import (HOLDER_SUFFIX, QuantizationBlocks, activation_quantizer, build_quantized_model,
                                            quantized_weights, weight_quantizers)
 
@@ -116,36 +113,60 @@ def _errors_model(model: Any, observed: Sequence[str], rows: int) -> Any:
     return keras.Model(model.inputs, [_SquaredError(rows, name=f"{p}_squared_error")(t) for p, t in zip(observed, extra)])
 
 
-def _candidate_distances(model: Any, configurable: Sequence[Node], observed: Sequence[str],
-                         batches: List[List[np.ndarray]], reference: List[List[np.ndarray]],
-                         cfg: MixedPrecisionQuantizationConfig) -> Dict[tuple, Dict[str, float]]:
-    """{(node index, candidate index): {observed tensor: distance to the float model}}: MCT's default
-    distance (mean over samples of the relative squared error) computed in the model, or the user's
-    compute_distance_fn on the tensors."""
-    out: Dict[tuple, Dict[str, float]] = {}
-    errors_model = None if cfg.compute_distance_fn is not None else \
-        _errors_model(model, observed, max(len(b[0]) for b in batches))
-    for batch, ref in zip(batches, reference):
-        if errors_model is not None:
-            energies = [_energy(r) for r in ref]
-            for p, r in zip(observed, ref):
-                layer = errors_model.get_layer(f"{p}_squared_error")
+class KerasSensitivityBackend(SensitivityBackend):
+    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
+        return _images(data, n)
+
+    def build(self, graph, configurable, observed, batches, cfg) -> None:
+        self.observed, self.batches, self.cfg, self.graph = list(observed), batches, cfg, graph
+        self.model = build_quantized_model(graph, extra_outputs=self.observed, blocks=_SwappableBlocks(configurable))
+        for node in configurable:
+            self.set_candidate(node, node.final_config)
+        if cfg.custom_metric_fn is not None:
+            return
+        self.float_model = build_model(graph, extra_outputs=self.observed)
+        self.reference = [_run(self.float_model, b) for b in batches]
+        self.errors_model = None if cfg.compute_distance_fn is not None else \
+            _errors_model(self.model, self.observed, max(len(b[0]) for b in batches))
+        self.loaded = None  # the batch whose reference the squared-error layers hold
+
+    def set_candidate(self, node: Node, candidate: Any) -> None:
+        _set_candidate(self.model, node, candidate)
+
+    def distances(self, batch_index: int) -> List[float]:
+        batch, ref = self.batches[batch_index], self.reference[batch_index]
+        if self.errors_model is None:
+            return [float(np.mean(np.asarray(self.cfg.compute_distance_fn(r.astype(np.float64), q.astype(np.float64)))))
+                    for q, r in zip(_run(self.model, batch), ref)]
+        if self.loaded != batch_index:
+            for p, r in zip(self.observed, ref):
+                layer = self.errors_model.get_layer(f"{p}_squared_error")
                 layer.reference.assign(np.concatenate([r, np.zeros((layer.rows - len(r),) + r.shape[1:], r.dtype)]))
-        for i, node in enumerate(configurable):
-            for j, cand in enumerate(node.candidates):
-                _set_candidate(model, node, cand)
-                if errors_model is None:
-                    dists = [float(np.mean(np.asarray(cfg.compute_distance_fn(r.astype(np.float64), q.astype(np.float64)))))
-                             for q, r in zip(_run(model, batch), ref)]
-                else:
-                    squared = errors_model.predict_on_batch(batch if len(batch) > 1 else batch[0])
-                    dists = [float((np.asarray(e, np.float64) / (energy + 1e-12)).mean())
-                             for e, energy in zip(squared, energies)]
-                totals = out.setdefault((i, j), dict.fromkeys(observed, 0.0))
-                for p, d in zip(observed, dists):
-                    totals[p] += d / len(batches)
-            _set_candidate(model, node, max_bits_config(node))
-    return out
+            self.energies, self.loaded = [_energy(r) for r in ref], batch_index
+        squared = self.errors_model.predict_on_batch(batch if len(batch) > 1 else batch[0])
+        return [float((np.asarray(e, np.float64) / (energy + 1e-12)).mean()) for e, energy in zip(squared, self.energies)]
+
+    def custom_metric(self, metric: Any) -> float:
+        return float(metric(self.model))
+
+    def hessian_traces(self, points, outputs) -> Dict[str, float]:
+        """E|d(sum_o v_o . Y_o / |Y_o|) / dY_p|^2 / size(Y_p) with Gaussian probes v_o at the outputs."""
+        index = {name: i for i, name in enumerate(self.observed)}
+        traces = dict.fromkeys(points, 0.0)
+        rng = np.random.default_rng(1)
+        for batch, ref in zip(self.batches, self.reference):
+            energy = {o: float(_energy(ref[index[o]]).mean()) + 1e-12 for o in outputs}
+            probes = {o: rng.standard_normal(ref[index[o]].shape).astype(np.float32) for o in outputs}
+
+            def forward(xs, energy=energy, probes=probes):
+                _, tensors = self.float_model(xs if len(xs) > 1 else xs[0], training=False)
+                loss = sum(ops.sum(ops.multiply(tensors[index[o]], ops.convert_to_tensor(probes[o])))
+                           / float(np.sqrt(energy[o])) for o in outputs)
+                return loss, [tensors[index[p]] for p in points]
+            for p, g in zip(points, gradients(forward, batch, "Hessian-weighted mixed precision")):
+                if g is not None:
+                    traces[p] += float(np.square(g, dtype=np.float64).sum()) / g[0].size
+        return traces
 
 
 def _set_candidate(model: Any, node: Node, candidate: Any) -> None:
@@ -156,41 +177,3 @@ def _set_candidate(model: Any, node: Node, candidate: Any) -> None:
         layer = model.get_layer(name)
         set_layer_weights(getattr(layer, "layer", layer), quantized_weights(node, weight_quantizers(node)))
     model.get_layer(f"{node.name}{HOLDER_SUFFIX}").set_quantizer(activation_quantizer(node))
-
-
-def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                          cfg: MixedPrecisionQuantizationConfig) -> List[List[float]]:
-    if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN:
-        raise InvalidConfigError("Hessian-weighted mixed precision is not available for Keras models: use "
-                                 "MixedPrecisionQuantizationConfig(use_hessian_based_scores=False) (AVG, LAST_LAYER "
-                                 "or EXP distance weighting)")
-    batches = _images(data, cfg.num_of_images)
-    points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
-    observed = list(dict.fromkeys(points + outputs))
-    finals: Dict[str, Any] = {n.name: n.final_config for n in configurable}
-    try:
-        for node in configurable:
-            node.final_config = max_bits_config(node)
-        model = build_quantized_model(graph, extra_outputs=observed, blocks=_SwappableBlocks(configurable))
-        for node in configurable:
-            _set_candidate(model, node, node.final_config)
-        if cfg.custom_metric_fn is not None:
-            scores = []
-            for node in configurable:
-                scores.append([_metric(model, node, cand, cfg) for cand in node.candidates])
-                _set_candidate(model, node, max_bits_config(node))
-        else:
-            float_model = build_model(graph, extra_outputs=observed)
-            reference = [_run(float_model, b) for b in batches]
-            distances = _candidate_distances(model, configurable, observed, batches, reference, cfg)
-            scores = [[combine_distances(cfg, distances[i, j], points, outputs, {}) for j in range(len(node.candidates))]
-                      for i, node in enumerate(configurable)]
-    finally:
-        for node in configurable:
-            node.final_config = finals[node.name]
-    return normalise_scores(scores, configurable, cfg)
-
-
-def _metric(model: Any, node: Node, candidate: Any, cfg: MixedPrecisionQuantizationConfig) -> float:
-    _set_candidate(model, node, candidate)
-    return float(cfg.custom_metric_fn(model))

@@ -1,13 +1,9 @@
-"""`mct.qat`: quantization-aware training (the facades load torch on first use)."""
+"""`mct.qat`: quantization-aware training; each framework's facades load on first use (hwquant.torch.qat)."""
+from hwquant.lazy import lazy_table
 from hwquant.qat.config import QATConfig  # noqa: F401
 from hwquant.trainable_infrastructure.common import TrainingMethod  # noqa: F401
 
-_FACADES = ("pytorch_quantization_aware_training_init_experimental",
-            "pytorch_quantization_aware_training_finalize_experimental")
-
-
-def __getattr__(name):
-    if name in _FACADES:
-        import importlib
-        return getattr(importlib.import_module("hwquant.qat.pytorch_facade"), name)
-    raise AttributeError(f"module 'hwquant.qat' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_table("hwquant.qat", {
+    "pytorch_quantization_aware_training_init_experimental": "hwquant.torch.qat",
+    "pytorch_quantization_aware_training_finalize_experimental": "hwquant.torch.qat",
+}, eager=("QATConfig", "TrainingMethod"))

@@ -85,10 +85,9 @@ class PytorchAdapter(PytorchCorrectionFacts):
             return {"weight": 1} if "weight" in node.weights else {}
         return {}
 
-    def mixed_precision_sensitivity(self, graph: Graph, configurable: Sequence[Any], data: Iterable[List[Any]],
-                                    mp_config: Any) -> List[List[float]]:
-        from hwquant.torch.mixed_precision import candidate_sensitivity
-        return candidate_sensitivity(graph, configurable, data, mp_config, self.device)
+    def sensitivity_backend(self) -> Any:
+        from hwquant.torch.mixed_precision import TorchSensitivityBackend
+        return TorchSensitivityBackend(self.device)
 
     def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)

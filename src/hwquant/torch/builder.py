@@ -130,7 +130,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     `(model outputs, [tensors of those nodes])` (statistics collection), taken after the nodes'
     activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points).
     No later operation can overwrite an observed tensor: capture made the graph functional
-    (``capture.functionalize_in_place_ops``)."""
+    (``fx_graph.functionalize_in_place_ops``)."""
     root = nn.Module()
     g = fx.Graph()
     env: Dict[str, fx.Node] = {}

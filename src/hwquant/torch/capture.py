@@ -27,7 +27,7 @@ from hwquant.core.graph import Graph
 from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.export_capture import capture_with_export
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import CaptureError, graph_from_fx
+from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx
 
 
 def _failure_site(exc: BaseException) -> Tuple[str, str]:
@@ -84,42 +84,6 @@ def _drop_specialised_inputs(gm: fx.GraphModule, n_given: int) -> None:
         for node in reversed([n for n in gm.graph.nodes if n in doomed]):
             gm.graph.erase_node(node)
     gm.recompile()
-
-
-def _in_place_target(gm: fx.GraphModule, n: fx.Node) -> bool:
-    if n.op == "call_module":
-        return getattr(gm.get_submodule(n.target), "inplace", False) is True
-    if n.op == "call_function":
-        return n.kwargs.get("inplace") is True
-    return (n.op == "call_method" and n.target.endswith("_") and not n.target.startswith("_")
-            and hasattr(torch.Tensor, n.target[:-1]))
-
-
-def functionalize_in_place_ops(gm: fx.GraphModule) -> int:
-    """Make in-place operations out of place, and let every later reader of the tensor they mutated
-    read their result instead: the graph then computes the model's function without aliasing, so a
-    model observed tensor by tensor (statistics, corrections) or with a quantizer after an output
-    computes what the model computes. (VGG-style models save a tensor for a skip connection that a
-    later ReLU(inplace=True) overwrites: the skip connection carries the ReLU's output.)"""
-    order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    count = 0
-    for n in list(gm.graph.nodes):
-        if not _in_place_target(gm, n) or not n.args or not isinstance(n.args[0], fx.Node):
-            continue
-        source = n.args[0]
-        for user in list(source.users):
-            if user is not n and order[user] > order[n]:
-                user.replace_input_with(source, n)
-        if n.op == "call_module":
-            gm.get_submodule(n.target).inplace = False
-        elif n.op == "call_function":
-            n.kwargs = {**n.kwargs, "inplace": False}
-        else:
-            n.target = n.target[:-1]
-        count += 1
-    if count:
-        gm.recompile()
-    return count
 
 
 def _quiet_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:

@@ -33,7 +33,7 @@ operation whose inputs depend on the model's inputs is recorded into a torch.fx 
   ``torch._assert`` checks at the top of every built model: a call with another shape raises an error
   naming the input and dimension instead of silently computing with the recorded constants.
 - In-place operations are recorded as they run (the mutated tensor's later readers read the in-place
-  operation's result) and made functional afterwards like fx's (capture.functionalize_in_place_ops);
+  operation's result) and made functional afterwards like fx's (fx_graph.functionalize_in_place_ops);
   ``x[i] = v`` on a tensor computed from the inputs is refused (no functional form for any index).
 - ``torch.matmul(x, W)`` with ``W`` a 2-D weight of the model (optionally followed by adding a 1-D
   weight) becomes an ``nn.Linear``: ONNX writes a linear layer on a sequence as MatMul + Add, and the
@@ -61,7 +61,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hwquant.core.graph import Graph, NodeKind
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import CaptureError, graph_from_fx
+from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx
 
 # The batch sizes of the two traces compared to free the batch.
 _TRACE_BATCHES = (2, 3)
@@ -656,7 +656,6 @@ def capture_with_concrete_trace(model: nn.Module, example_inputs: Sequence[torch
     functional_calls_to_layers(gm)
     _matmuls_to_linear(gm)
     fold_decomposed_ops(gm)
-    from hwquant.torch.capture import functionalize_in_place_ops  # (capture imports this module)
     functionalize_in_place_ops(gm)
     gm.graph.eliminate_dead_code()
     gm.recompile()

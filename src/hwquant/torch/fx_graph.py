@@ -138,3 +138,39 @@ def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def _in_place_target(gm: fx.GraphModule, n: fx.Node) -> bool:
+    if n.op == "call_module":
+        return getattr(gm.get_submodule(n.target), "inplace", False) is True
+    if n.op == "call_function":
+        return n.kwargs.get("inplace") is True
+    return (n.op == "call_method" and n.target.endswith("_") and not n.target.startswith("_")
+            and hasattr(torch.Tensor, n.target[:-1]))
+
+
+def functionalize_in_place_ops(gm: fx.GraphModule) -> int:
+    """Make in-place operations out of place, and let every later reader of the tensor they mutated
+    read their result instead: the graph then computes the model's function without aliasing, so a
+    model observed tensor by tensor (statistics, corrections) or with a quantizer after an output
+    computes what the model computes. (VGG-style models save a tensor for a skip connection that a
+    later ReLU(inplace=True) overwrites: the skip connection carries the ReLU's output.)"""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    count = 0
+    for n in list(gm.graph.nodes):
+        if not _in_place_target(gm, n) or not n.args or not isinstance(n.args[0], fx.Node):
+            continue
+        source = n.args[0]
+        for user in list(source.users):
+            if user is not n and order[user] > order[n]:
+                user.replace_input_with(source, n)
+        if n.op == "call_module":
+            gm.get_submodule(n.target).inplace = False
+        elif n.op == "call_function":
+            n.kwargs = {**n.kwargs, "inplace": False}
+        else:
+            n.target = n.target[:-1]
+        count += 1
+    if count:
+        gm.recompile()
+    return count

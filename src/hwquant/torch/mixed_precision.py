@@ -1,31 +1,22 @@
-"""Sensitivity of each configurable node to each of its candidates: the distance, at the interest
-points and the model outputs, between the float model and the model where that node alone takes
-that candidate. As in MCT the figure is ``interest-point metric + mean output distance``, distances
-being normalised squared errors (``|Y_q - Y|^2 / |Y|^2`` per sample, averaged).
+"""PyTorch's back end of the mixed-precision sensitivity loop (core/mixed_precision/measurement.py).
 
-Two ways to measure it:
-
-* Probes (the default). Quantizing node i with candidate c changes its output by ``dY = Y_c - Y``.
-  To first order the distance it causes at a point p is ``|J_pi dY|^2``. For random Gaussian
-  vectors v_p at the points, ``g_i = d(sum_p a_p v_p . Y_p) / dY_i`` gives
-  ``E[(g_i . dY)^2] = sum_p a_p^2 |J_pi dY|^2``: one backward pass of the float model serves every
-  node and every candidate, where measuring means one forward pass per candidate. With
-  ``a_p^2 = weight_p / E|Y_p|^2`` that is the weighted sum of normalised distances (AVG: interest
-  points alike; LAST_LAYER: the last one; HESSIAN: by the Gauss-Newton trace of the outputs with
-  respect to each point). The local term (p = i) is exact: J_ii is the identity.
-* Measurement, for what the probes cannot give: EXP weighting (its weights depend on each point's
-  distance), ``compute_distance_fn`` and ``custom_metric_fn``. The quantized model is built once with
-  every configurable node at its largest candidate; for each node and candidate only that node's
-  quantizers are swapped in (no rebuild) and only the part of the graph downstream of it is run
-  again, everything upstream coming from a cache of the baseline run.
-
-The framework-free rules (interest points, distance weighting, metric normalisation) are in
-``core/mixed_precision/sensitivity.py``.
+* Measurement primitives. The quantized model is built once with every configurable node at its largest
+  candidate; a node's candidate is put in by swapping that node's quantizers (no rebuild), and only the
+  part of the graph downstream of it is run again, everything upstream coming from a cache of the
+  baseline run.
+* Probes: an estimate of the same figures, the default where nothing requires measuring. Quantizing
+  node i with candidate c changes its output by ``dY = Y_c - Y``. To first order the distance it causes
+  at a point p is ``|J_pi dY|^2``. For random Gaussian vectors v_p at the points,
+  ``g_i = d(sum_p a_p v_p . Y_p) / dY_i`` gives ``E[(g_i . dY)^2] = sum_p a_p^2 |J_pi dY|^2``: one backward
+  pass of the float model serves every node and every candidate, where measuring means one forward pass
+  per candidate. With ``a_p^2 = weight_p / E|Y_p|^2`` that is the weighted sum of normalised distances
+  (AVG: interest points alike; LAST_LAYER: the last one; HESSIAN: by the Gauss-Newton trace of the
+  outputs with respect to each point). The local term (p = i) is exact: J_ii is the identity.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Sequence, Set
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
@@ -33,36 +24,12 @@ from torch import fx
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
 from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.core.mixed_precision.sensitivity import (combine_distances, interest_points, needs_measurement,
-                                                      normalise_scores, point_weights)
-from hwquant.core.resource_utilization import max_bits_config
+from hwquant.core.mixed_precision.measurement import SensitivityBackend
+from hwquant.core.mixed_precision.sensitivity import point_weights
 from hwquant.torch.builder import QuantizerFactory, build_module, make_layer
 from hwquant.torch.quantizers import set_quantizer
 
 PROBE_ROUNDS = 4  # backward passes per batch; each image brings its own probes
-
-
-def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                          cfg: MixedPrecisionQuantizationConfig, device: Any) -> List[List[float]]:
-    """sensitivity[i][c] on the first ``cfg.num_of_images`` images of `data`."""
-    batches = _images(data, cfg.num_of_images, device)
-    points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
-    if needs_measurement(cfg):
-        scores = _measured(graph, configurable, batches, points, outputs, cfg, device)
-    else:
-        scores = _probed(graph, configurable, batches, points, outputs, cfg, device)
-    return normalise_scores(scores, configurable, cfg)
-
-
-def _images(data: Iterable[List[Any]], n: int, device: Any) -> List[List[Any]]:
-    batches, seen = [], 0
-    for batch in data:
-        if seen >= n:
-            break
-        take = min(len(batch[0]), n - seen)
-        batches.append([t[:take].to(device).float() if isinstance(t, torch.Tensor) else t for t in batch])
-        seen += take
-    return batches
 
 
 def _float_model(graph: Graph, observed: List[str], device: Any) -> fx.GraphModule:
@@ -183,69 +150,66 @@ def _distance(cfg, reference: torch.Tensor, quantized: torch.Tensor) -> float:
     return float(per_sample.mean())
 
 
-def _measured(graph, configurable, batches, points, outputs, cfg, device) -> List[List[float]]:
-    observed = list(dict.fromkeys(points + outputs))
-    finals = {n.name: n.final_config for n in configurable}
-    for node in configurable:  # the baseline: every configurable node at its largest candidate
-        node.final_config = max_bits_config(node)
-    try:
-        mp_model = build_module(graph, QuantizerFactory(), extra_outputs=observed).to(device).eval()
-    finally:
-        for node in configurable:
-            node.final_config = finals[node.name]
-    float_model = _float_model(graph, observed, device)
-    with torch.no_grad():
-        reference = [dict(zip(observed, float_model(*b)[1])) for b in batches]
-        caches = []
-        for b in batches:
-            run = _CachedRun(mp_model)
-            run.run(*b)
-            caches.append(run.values)
-    hessian = {}
-    if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN and points:
+class TorchSensitivityBackend(SensitivityBackend):
+    def __init__(self, device: Any):
+        self.device = device
+
+    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
+        batches, seen = [], 0
+        for batch in data:
+            if seen >= n:
+                break
+            take = min(len(batch[0]), n - seen)
+            batches.append([t[:take].to(self.device).float() if isinstance(t, torch.Tensor) else t for t in batch])
+            seen += take
+        return batches
+
+    def estimate(self, graph, configurable, batches, cfg, points, outputs) -> Optional[List[List[float]]]:
+        return _probed(graph, configurable, batches, points, outputs, cfg, self.device)
+
+    def build(self, graph, configurable, observed, batches, cfg) -> None:
+        self.observed, self.batches, self.cfg = list(observed), batches, cfg
+        self.model = build_module(graph, QuantizerFactory(), extra_outputs=self.observed).to(self.device).eval()
+        self.placement = self.model.meta["hwquant_placement"]
+        self.float_model = _float_model(graph, self.observed, self.device)
+        self.dirty: Set[fx.Node] = set()
+        if cfg.custom_metric_fn is not None:
+            return
+        with torch.no_grad():
+            self.reference = [dict(zip(self.observed, self.float_model(*b)[1])) for b in batches]
+            self.caches = []
+            for b in batches:
+                run = _CachedRun(self.model)
+                run.run(*b)
+                self.caches.append(run.values)
+
+    def set_candidate(self, node: Node, candidate: Any) -> None:
+        place = self.placement.get(node.name, {})
+        _swap_quantizers(self.model, place, QuantizerFactory(), node, candidate, self.device)
+        self.dirty = _downstream(self.model, list(place.values()))
+
+    def distances(self, batch_index: int) -> List[float]:
+        ref = self.reference[batch_index]
+        with torch.no_grad():
+            _, tensors = _CachedRun(self.model, self.caches[batch_index], self.dirty).run(*self.batches[batch_index])
+        return [_distance(self.cfg, ref[p], t) for p, t in zip(self.observed, tensors)]
+
+    def custom_metric(self, metric: Any) -> float:
+        return float(metric(self.model))
+
+    def hessian_traces(self, points, outputs) -> Dict[str, float]:
         with torch.enable_grad():
-            hessian = _hessian_traces(float_model, batches, points, outputs, observed)
-    placement = mp_model.meta["hwquant_placement"]
-    factory, scores = QuantizerFactory(), []
-    for node in configurable:
-        place = placement.get(node.name, {})
-        dirty = _downstream(mp_model, list(place.values()))
-        row = []
-        for cand in node.candidates:
-            restore = _swap_quantizers(mp_model, place, factory, node, cand, device)
-            try:
-                if cfg.custom_metric_fn is not None:
-                    row.append(float(cfg.custom_metric_fn(mp_model)))
-                    continue
-                dists = {p: 0.0 for p in observed}
-                with torch.no_grad():
-                    for b, cache, ref in zip(batches, caches, reference):
-                        _, tensors = _CachedRun(mp_model, cache, dirty).run(*b)
-                        for p, t in zip(observed, tensors):
-                            dists[p] += _distance(cfg, ref[p], t) / len(batches)
-                row.append(combine_distances(cfg, dists, points, outputs, hessian))
-            finally:
-                restore()
-        scores.append(row)
-    return scores
+            return _hessian_traces(self.float_model, self.batches, list(points), list(outputs), self.observed)
 
 
-def _swap_quantizers(model, place: Dict[str, str], factory, node: Node, cand, device):
-    """Put the candidate's quantizers into the built model; returns the function that undoes it."""
-    undo = []
+def _swap_quantizers(model, place: Dict[str, str], factory, node: Node, cand, device) -> None:
+    """Put the candidate's quantizers into the built model."""
     layer = model.get_submodule(place["layer"]) if "layer" in place else None
     if layer is not None and hasattr(layer, "weights_quantizers"):
         for attr, q in factory.weights(node, cand).items():
             if attr in layer.weights_quantizers:
-                undo.append((layer, attr, layer.weights_quantizers[attr]))
                 set_quantizer(layer, attr, q.to(device))
     holder = model.get_submodule(place["holder"]) if "holder" in place else None
     act = factory.activation(node, cand)
     if holder is not None and act is not None:
-        undo.append((holder, None, holder.activation_holder_quantizer))
         set_quantizer(holder, None, act.to(device))
-
-    def restore():
-        for owner, name, quantizer in reversed(undo):
-            set_quantizer(owner, name, quantizer)
-    return restore

@@ -1,8 +1,9 @@
 """`mct.trainable_infrastructure`: trainable quantizers (QAT, GPTQ), their configs and registry.
 
-The configs and the registry are framework-free; the PyTorch quantizers load on first use
-(`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`), so `import hwquant` needs no torch.
+The configs and the registry are framework-free; each framework's quantizers load on first use
+(`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`: hwquant.torch.trainable).
 """
+from hwquant.lazy import lazy_table
 from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod,  # noqa: F401
                                                      VariableGroup, get_trainable_quantizer_class,
                                                      mark_quantizer, registered_quantizers)
@@ -10,11 +11,14 @@ from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivatio
                                                      TrainableQuantizerCandidateConfig,
                                                      TrainableQuantizerWeightsConfig)
 
-
-def __getattr__(name):
-    if not name.startswith("_") and name != "pytorch":
-        import importlib
-        pytorch = importlib.import_module("hwquant.trainable_infrastructure.pytorch")
-        if hasattr(pytorch, name):
-            return getattr(pytorch, name)
-    raise AttributeError(f"module 'hwquant.trainable_infrastructure' has no attribute {name!r}")
+_TORCH = "hwquant.torch.trainable"
+__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
+    name: _TORCH for name in (
+        "BasePytorchTrainableQuantizer", "BasePytorchActivationTrainableQuantizer",
+        "LSQSymmetricActivationTrainableQuantizer", "LSQSymmetricWeightsTrainableQuantizer",
+        "LSQUniformActivationTrainableQuantizer", "LSQUniformWeightsTrainableQuantizer",
+        "STESymmetricActivationTrainableQuantizer", "STESymmetricWeightsTrainableQuantizer",
+        "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")},
+    eager=("QuantizationTarget", "TrainingMethod", "VariableGroup", "get_trainable_quantizer_class", "mark_quantizer",
+           "registered_quantizers", "TrainableQuantizerActivationConfig", "TrainableQuantizerCandidateConfig",
+           "TrainableQuantizerWeightsConfig"))

@@ -16,6 +16,7 @@ import logging
 from typing import Any, Dict, List, Optional
 
 from hwquant.core.config import RU_FIELDS, ResourceUtilization, RUTarget
+from hwquant.core.mixed_precision.measurement import candidate_sensitivity
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import fits, minimum, monotone, refine, search
 from hwquant.core.resource_utilization import max_bits_config
@@ -64,7 +65,8 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
         minima = {t: minimum(model, t) for t in targets}
         if any(minima[t][0] > limit for t, limit in targets.items()):
             raise _unreachable(targets, {t: m[0] for t, m in minima.items()}, jointly=False)
-        sensitivity = monotone(model, adapter.mixed_precision_sensitivity(graph, configurable, data_for_sensitivity, mp))
+        scores = candidate_sensitivity(graph, configurable, data_for_sensitivity, mp, adapter.sensitivity_backend())
+        sensitivity = monotone(model, scores)
         choice = search(model, sensitivity, targets)
         if choice is None:  # the solver gave up near a boundary: start from a smallest choice that fits
             choice = next((m[1] for m in minima.values() if fits(model, m[1], targets)), None)

@@ -8,12 +8,13 @@ from typing import Any, Callable, Optional, Tuple
 from torch import nn
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.pytorch_runner import gptq_train, training_samples
-from hwquant.ptq import DEFAULT_PYTORCH_TPC, run_pytorch_ptq, user_information
+from hwquant.torch.gptq.training import gptq_train, training_samples
+from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.metadata import attach_metadata
 
@@ -46,7 +47,6 @@ def pytorch_gradient_post_training_quantization(
         the interest points, the time spent on Hessian scores and on training). The model is the same
         kind of module post-training quantization returns (saves, exports, simulates the integer kernels).
     """
-    from hwquant.ptq import debug_bypass
     if debug_bypass(core_config):  # MCT's debug switch: the float model back, before any check
         return model, None
     if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):

@@ -20,9 +20,9 @@ from hwquant.constants import MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRES
 from hwquant.core import quant_math
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer
-from hwquant.trainable_infrastructure.pytorch.base import (BasePytorchActivationTrainableQuantizer,
+from hwquant.torch.trainable.base import (BasePytorchActivationTrainableQuantizer,
                                                          BasePytorchTrainableQuantizer)
-from hwquant.trainable_infrastructure.pytorch.fake_quant import (affine_fake_quantize, lsq_gradient_factor,
+from hwquant.torch.trainable.fake_quant import (affine_fake_quantize, lsq_gradient_factor,
                                                                   straight_through)
 
 _SYMMETRIC = [QuantizationMethod.POWER_OF_TWO, QuantizationMethod.SYMMETRIC]

@@ -11,7 +11,7 @@ The loss compares them, weighted by Hessian-based scores (per point, or per samp
 sample-layer attention), plus the soft-rounding regulariser. After training, the learned weights
 (on the grid), biases and, if learned, quantization parameters are written into the graph, from which
 the ordinary quantized model is built, with a bias correction for the learned rounding where the
-configuration asks for one (gptq/pytorch_bias_correction.py).
+configuration asks for one (torch/gptq/bias_correction.py).
 """
 from __future__ import annotations
 
@@ -28,18 +28,18 @@ from torch import nn
 from hwquant.core.graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.pytorch_bias_correction import AnalyticCorrection, correct_biases
-from hwquant.gptq.pytorch_hessian import activation_hessian_scores
-from hwquant.gptq.pytorch_loss import multiple_tensors_mse_loss, sample_layer_attention_loss
-from hwquant.gptq.pytorch_quantizers import BasePytorchGPTQTrainableQuantizer
+from hwquant.torch.gptq.bias_correction import AnalyticCorrection, correct_biases
+from hwquant.torch.gptq.hessian import activation_hessian_scores
+from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
+from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 from hwquant.torch.builder import build_module
 from hwquant.torch.output_mean_correction import channel_axis
-from hwquant.torch.trainable_model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
+from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
-from hwquant.trainable_infrastructure.pytorch import BasePytorchTrainableQuantizer
+from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 
 log = logging.getLogger("hwquant.gptq")
 
@@ -212,7 +212,7 @@ def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List
                analytic_correction: AnalyticCorrection, seed: int = 0) -> Dict[str, Any]:
     """Run GPTQ on ``graph``, a quantized graph with its float weights and biases (PTQ's graph before
     bias correction), in place: the learned kernels, biases and parameters are written into its nodes,
-    with a bias correction for the learned rounding (gptq/pytorch_bias_correction.py: measured, or
+    with a bias correction for the learned rounding (torch/gptq/bias_correction.py: measured, or
     ``analytic_correction``, whichever leaves the output closer to the float model's on the samples).
     The float teacher is built from it too.
     ``samples``: one tensor per model input holding every training sample. Returns the run's

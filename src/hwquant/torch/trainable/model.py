@@ -26,7 +26,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
 from hwquant.torch.quantizers import PytorchQuantizationWrapper, _integer_kernel, quantizer_slots, set_quantizer
 from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
-from hwquant.trainable_infrastructure.pytorch.base import BasePytorchTrainableQuantizer
+from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 
 
 class TrainableQuantizerFactory(QuantizerFactory):
