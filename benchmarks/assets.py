@@ -106,8 +106,8 @@ def natural_images(with_names: bool = False) -> list:
     The order is fixed (sorted file names, then a fixed skimage list) so that seeded splits and
     crops are reproducible across machines.
     """
-    from PIL import Image
     import skimage.data
+    from PIL import Image
 
     out = []
     for f in sorted(_need(OPENCV_DATA).iterdir()):

@@ -27,13 +27,17 @@ def main():
     ap.add_argument("--tflite-dir")
     ap.add_argument("--mp-out", help="also run mixed precision at 75 %% of the weights memory; its results there")
     args = ap.parse_args()
+    import keras
     import tensorflow as tf
 
     import hwquant as mct
-    import keras
-
-    from benchmarks.keras_models import (float_tflite, keras_mobilenet_v2_architecture, mixed_precision_and_save,
-                                         quantize_and_save, set_weights_by_name)
+    from benchmarks.keras_models import (
+        float_tflite,
+        keras_mobilenet_v2_architecture,
+        mixed_precision_and_save,
+        quantize_and_save,
+        set_weights_by_name,
+    )
     from hwquant.keras.tflite_int8 import layer_parity
 
     tf.config.threading.set_intra_op_parallelism_threads(2)

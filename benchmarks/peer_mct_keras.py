@@ -15,8 +15,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.keras_models import (mixed_precision_and_save, quantize_and_save, set_weights_by_name,  # noqa: E402
-                                     torchvision_mobilenet_v2_config)
+from benchmarks.keras_models import (  # noqa: E402
+    mixed_precision_and_save,
+    quantize_and_save,
+    set_weights_by_name,
+    torchvision_mobilenet_v2_config,
+)
 
 
 def _point_inbound_to(layer, source):
@@ -31,8 +35,8 @@ def main():
     ap.add_argument("--tflite-dir", help="also export MCT's INT8 TFLite file there (mct_int8.tflite)")
     ap.add_argument("--mp-out", help="also run mixed precision at 75 %% of the weights memory; its results there")
     args = ap.parse_args()
-    import tensorflow as tf
     import model_compression_toolkit as mct
+    import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(2)
     data = np.load(args.data)

@@ -75,8 +75,7 @@ def run_ort(model: torch.nn.Module, calib: torch.Tensor, eval_x: torch.Tensor, e
     between steps): about 3 GB with k=1, ~30% slower, slightly different ranges.
     """
     import onnxruntime
-    from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quant_pre_process,
-                                          quantize_static)
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quant_pre_process, quantize_static
 
     extra = extra or {}
     results = {}

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,8 +26,7 @@ import torch  # noqa: E402
 
 import hwquant as mct  # noqa: E402
 from benchmarks import report  # noqa: E402
-from benchmarks.keras_models import (REPEATS, keras_fashion_model, keras_mobilenet_v2_from_torch, timed_calls,  # noqa: E402
-                                     weights_by_name)
+from benchmarks.keras_models import REPEATS, keras_fashion_model, keras_mobilenet_v2_from_torch, timed_calls, weights_by_name  # noqa: E402
 from benchmarks.run_ptq import load_data, load_model, seed_everything  # noqa: E402
 
 TITLE = "Keras (hwquant's Keras 3 back end)"

@@ -18,10 +18,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import hwquant as mct  # noqa: E402
 from benchmarks.report import replace_section  # noqa: E402
 from benchmarks.torchvision_support import import_torchvision  # noqa: E402
-
-import hwquant as mct  # noqa: E402
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper  # noqa: E402
 
 

@@ -11,11 +11,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import hwquant as mct  # noqa: E402
 from benchmarks.assets import fashion_mnist  # noqa: E402
 from benchmarks.metrics import accuracy  # noqa: E402
 from benchmarks.models import trained_fashion_model  # noqa: E402
-
-import hwquant as mct  # noqa: E402
 
 
 def main() -> None:

@@ -11,13 +11,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks.assets import calibration_and_eval_sets, imagenet_labelled  # noqa: E402
-from benchmarks.metrics import labelled_top1, predict, sqnr_db, top1_agreement  # noqa: E402
-from benchmarks.models import mobilenet_v2_pretrained  # noqa: E402
-
 import mct_quantizers  # noqa: E402
 
 import hwquant as mct  # noqa: E402
+from benchmarks.assets import calibration_and_eval_sets, imagenet_labelled  # noqa: E402
+from benchmarks.metrics import labelled_top1, predict, sqnr_db, top1_agreement  # noqa: E402
+from benchmarks.models import mobilenet_v2_pretrained  # noqa: E402
 
 
 def main() -> None:

@@ -431,6 +431,7 @@ def test_a_format_given_where_mct_has_is_layer_exportable_fn_is_explained(quanti
 def test_exported_files_get_ordinary_permissions(quantized, tmp_path):
     # written through a temporary file (0600 when made): the file ends with the mode of any new file
     import os
+
     from hwquant.fileio import new_file_mode
     path = _export(quantized[PlainCNN], tmp_path / "m.onnx", PlainCNN)
     assert os.stat(path).st_mode & 0o777 == new_file_mode()

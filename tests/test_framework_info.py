@@ -132,6 +132,7 @@ def test_mct_2_6_mappings_checked(kwargs, match):
 
 def test_pytorch_default_info_has_the_named_mappings():
     from torch import nn
+
     from hwquant.torch.adapter import DEFAULT_PYTORCH_INFO as info
     assert info.get_kernel_op_attributes(nn.Conv2d) == ["weight"] and info.get_kernel_op_attributes(nn.ReLU) == [None]
     assert info.get_out_channel_axis(nn.Linear) == -1 and info.get_out_channel_axis(nn.Conv2d) == 1

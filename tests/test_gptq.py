@@ -6,22 +6,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from small_nets import seeded_net  # tests/small_nets.py
 from torch import nn
 
 import hwquant as mct
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
+from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.torch.gptq.hessian import activation_hessian_scores
 from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
-from hwquant.torch.gptq.quantizers import (BasePytorchGPTQTrainableQuantizer, STESymmetricGPTQ, STEUniformGPTQ,
-                                             SymmetricSoftRoundingGPTQ, UniformSoftRoundingGPTQ)
+from hwquant.torch.gptq.quantizers import (
+    BasePytorchGPTQTrainableQuantizer,
+    STESymmetricGPTQ,
+    STEUniformGPTQ,
+    SymmetricSoftRoundingGPTQ,
+    UniformSoftRoundingGPTQ,
+)
 from hwquant.torch.gptq.training import GradualActivationQuantizer
-from hwquant.gptq.schedules import linear_annealing, regularization_beta
-from hwquant.tpc.enums import QuantizationMethod as QM
 from hwquant.torch.metadata import read_metadata
 from hwquant.torch.quantizers import PytorchQuantizationWrapper
+from hwquant.tpc.enums import QuantizationMethod as QM
 from hwquant.trainable_infrastructure import QuantizationTarget, VariableGroup, get_trainable_quantizer_class
-from small_nets import seeded_net  # tests/small_nets.py
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_trainable_quantizers import wcfg  # noqa: E402

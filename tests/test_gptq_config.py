@@ -2,8 +2,13 @@
 import pytest
 
 import hwquant as mct
-from hwquant.gptq import (GPTQHessianScoresConfig, GradientPTQConfig, GradualActivationQuantizationConfig,
-                          QFractionLinearAnnealingConfig, RoundingType)
+from hwquant.gptq import (
+    GPTQHessianScoresConfig,
+    GradientPTQConfig,
+    GradualActivationQuantizationConfig,
+    QFractionLinearAnnealingConfig,
+    RoundingType,
+)
 
 
 def test_enum_values_and_defaults():
@@ -73,6 +78,7 @@ def test_get_pytorch_gptq_config_defaults_and_choices():
 
 def test_configs_edit_with_dataclasses_replace_as_in_mct():
     import dataclasses
+
     import hwquant as mct
     cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=2)
     assert dataclasses.is_dataclass(cfg)

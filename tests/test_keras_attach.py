@@ -5,8 +5,8 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 import hwquant as mct  # noqa: E402
-from hwquant.keras.attach import attach_tpc  # noqa: E402
 from hwquant.errors import InvalidTPCError  # noqa: E402
+from hwquant.keras.attach import attach_tpc  # noqa: E402
 from hwquant.keras.capture import capture  # noqa: E402
 
 

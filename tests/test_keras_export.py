@@ -4,11 +4,12 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
+from test_keras_ptq import _batches, _net  # noqa: E402
+
 import hwquant as mct  # noqa: E402
 from hwquant.errors import ExportError  # noqa: E402
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper, make_quantizer  # noqa: E402
 from hwquant.tpc.enums import QuantizationMethod as M  # noqa: E402
-from test_keras_ptq import _batches, _net  # noqa: E402
 
 KSF, QF = mct.exporter.KerasExportSerializationFormat, mct.exporter.QuantizationFormat
 
@@ -170,6 +171,7 @@ def test_a_file_saved_on_the_torch_backend_loads_on_any_backend():
 
 def test_exported_files_get_ordinary_permissions(quantized, tmp_path):
     import os
+
     from hwquant.fileio import new_file_mode
     path = mct.exporter.keras_export_model(quantized, tmp_path / "q.keras")
     assert os.stat(path).st_mode & 0o777 == new_file_mode()

@@ -66,6 +66,7 @@ def test_debug_bypass_returns_the_model_before_any_check():
 
 def test_attribute_filter_takes_an_op():
     import operator
+
     from hwquant.target_platform_capabilities import AttributeFilter, Eq, LayerFilterParams
     f = AttributeFilter("min_val", 0, operator.eq)
     assert f.op is operator.eq and f.match({"min_val": 0}) and not f.match({"min_val": 1}) and not f.match({})

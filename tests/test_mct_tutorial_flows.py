@@ -8,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from mct_quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper, get_ort_session_options
+from mct_quantizers.pytorch.quantizers import BasePyTorchInferableQuantizer, WeightsPOTInferableQuantizer
 from torch import nn
 
 import hwquant as mct
-from mct_quantizers import (PytorchActivationQuantizationHolder, PytorchQuantizationWrapper,
-                            get_ort_session_options)
-from mct_quantizers.pytorch.quantizers import BasePyTorchInferableQuantizer, WeightsPOTInferableQuantizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.models import MobileNetV2  # noqa: E402

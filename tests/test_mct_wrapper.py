@@ -4,9 +4,9 @@ import logging
 import numpy as np
 import pytest
 import torch
+from small_nets import seeded_net
 
 import hwquant as mct
-from small_nets import seeded_net
 
 
 def _data():
@@ -33,6 +33,7 @@ def _session(path):
 
 def test_ptq_quantizes_for_the_converter_version_and_exports(tmp_path):
     from mct_quantizers import PytorchQuantizationWrapper
+
     from hwquant.torch.metadata import read_metadata
     ok, q = _run(tmp_path, param_items=[["sdsp_version", "3.16"]])
     assert ok and any(isinstance(m, PytorchQuantizationWrapper) for m in q.modules())

@@ -5,20 +5,19 @@ import itertools
 import math
 
 import numpy as np
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.export_model import quantizers_of
 from hwquant.core.config import RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import minimum, refine, search
 from hwquant.core.pipeline import prepare
 from hwquant.core.resource_utilization import compute_resource_utilization, final_config
 from hwquant.errors import InvalidConfigError
+from hwquant.torch.export_model import quantizers_of
 from hwquant.torch.session import start_session
 
 RU = mct.core.ResourceUtilization
@@ -236,9 +235,9 @@ def run_ptq_stages(session):
 
 
 def test_measured_sensitivity_equals_a_full_run_of_each_configuration():
+    from hwquant.core.mixed_precision.measurement import candidate_sensitivity
     from hwquant.core.resource_utilization import max_bits_config
     from hwquant.torch.builder import QuantizerFactory, build_module
-    from hwquant.core.mixed_precision.measurement import candidate_sensitivity
     from hwquant.torch.mixed_precision import TorchSensitivityBackend
 
     graph, configurable = _calibrated()

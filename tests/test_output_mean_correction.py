@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.output_mean_correction import _Stream, channel_axis, channel_mean, correct_output_means
 
 

@@ -4,12 +4,12 @@ import copy
 import numpy as np
 import pytest
 import torch
+from backend_kit import TorchKit
 from torch import nn
 
-from backend_kit import TorchKit
 from hwquant.core import quant_math
-from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
 from hwquant.core.node_params import set_weights_params
+from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
 from hwquant.torch.adapter import PytorchAdapter
 
 torch.manual_seed(0)

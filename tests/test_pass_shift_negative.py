@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from backend_kit import TorchKit
 from torch import nn
 
-from backend_kit import TorchKit
 from hwquant.constants import SIGNED, THRESHOLD
 from hwquant.core.passes.shift_negative import apply_shift_negative_correction, shift_value
 from hwquant.torch.builder import build_module

@@ -5,8 +5,8 @@ import copy
 
 import numpy as np
 import pytest
-
 from backend_kit import kits, make_kit
+
 from hwquant.core.node_params import set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.core.passes.bn_folding import fold_batch_norms

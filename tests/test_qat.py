@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from small_nets import seeded_net  # tests/small_nets.py
 from torch import nn
 
 import hwquant as mct
@@ -15,7 +16,6 @@ from hwquant.errors import InvalidConfigError
 from hwquant.torch.metadata import read_metadata
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder
 from hwquant.trainable_infrastructure import BasePytorchTrainableQuantizer, TrainingMethod
-from small_nets import seeded_net  # tests/small_nets.py
 
 QAT_INIT = mct.qat.pytorch_quantization_aware_training_init_experimental
 QAT_FINALIZE = mct.qat.pytorch_quantization_aware_training_finalize_experimental

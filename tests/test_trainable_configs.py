@@ -2,9 +2,11 @@
 import pytest
 
 from hwquant.tpc.enums import QuantizationMethod
-from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,
-                                                     TrainableQuantizerCandidateConfig,
-                                                     TrainableQuantizerWeightsConfig)
+from hwquant.trainable_infrastructure.config import (
+    TrainableQuantizerActivationConfig,
+    TrainableQuantizerCandidateConfig,
+    TrainableQuantizerWeightsConfig,
+)
 
 
 def weights_kwargs(**over):

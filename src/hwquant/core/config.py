@@ -5,16 +5,15 @@ mistake surfaces where it is made rather than deep inside the quantization pipel
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
-import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set, Tuple, Union
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, PrivateAttr,
-                      field_validator, model_validator)
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from hwquant.constants import MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD
 from hwquant.core.error_methods import QuantizationErrorMethod, ThresholdSelectionMethod  # noqa: F401 (re-exported)

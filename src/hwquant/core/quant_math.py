@@ -17,8 +17,17 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
-from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS,
-                               MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD)
+from hwquant.constants import (
+    LUT_VALUES,
+    LUT_VALUES_BITWIDTH,
+    MAX_N_BITS,
+    MIN_N_BITS,
+    MIN_THRESHOLD,
+    RANGE_MAX,
+    RANGE_MIN,
+    SIGNED,
+    THRESHOLD,
+)
 
 # Params-dict key of the LUT values bit width (constants.LUT_VALUES_BITWIDTH is its default).
 LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"

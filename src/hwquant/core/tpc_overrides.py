@@ -19,8 +19,7 @@ from typing import Any, Dict, List
 
 from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import QuantizationConfig
-from hwquant.tpc.schema import (Fusing, OperatorsSet, OpQuantizationConfig, QuantizationConfigOptions,
-                                TargetPlatformCapabilities)
+from hwquant.tpc.schema import Fusing, OperatorsSet, OpQuantizationConfig, QuantizationConfigOptions, TargetPlatformCapabilities
 
 _ACTIVATION = ("activation_quantization_method", "activation_n_bits")
 _FIXES_BIT_WIDTH = {"activation_n_bits", "weights_n_bits"}

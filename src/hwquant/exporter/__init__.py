@@ -1,7 +1,11 @@
 """`mct.exporter`: write quantized models for deployment and read them back. The formats are
 framework-free; the exporters of each framework, and the onnx / onnxruntime helpers, load on first use."""
-from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSerializationFormat,  # noqa: F401
-                                      PytorchExportSerializationFormat, QuantizationFormat)
+from hwquant.exporter.formats import (  # noqa: F401
+                                      DEFAULT_ONNX_OPSET_VERSION,
+                                      KerasExportSerializationFormat,
+                                      PytorchExportSerializationFormat,
+                                      QuantizationFormat,
+)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table("hwquant.exporter", {

@@ -1,7 +1,12 @@
 """`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free; each
 framework's functions load on first use (hwquant.torch.gptq)."""
-from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # noqa: F401
-                                 GradualActivationQuantizationConfig, QFractionLinearAnnealingConfig, RoundingType)
+from hwquant.gptq.config import (  # noqa: F401
+                                 GPTQHessianScoresConfig,
+                                 GradientPTQConfig,
+                                 GradualActivationQuantizationConfig,
+                                 QFractionLinearAnnealingConfig,
+                                 RoundingType,
+)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table("hwquant.gptq", {

@@ -22,7 +22,6 @@ from hwquant.keras.attach import attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.correction_facts import _CONVS, _DEPTHWISE, _TRANSPOSED, KERNEL_LAYERS, KerasCorrectionFacts
 
-
 # Samples per statistics pass: the observing model returns every observed activation of them at once.
 STATISTICS_CHUNK = 8
 

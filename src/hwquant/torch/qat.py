@@ -8,16 +8,22 @@ from typing import Any, Callable, Optional, Tuple
 from torch import nn
 
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.facade_common import user_information
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
-from hwquant.core.facade_common import user_information
-from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.qat.config import QATConfig
+from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.metadata import attach_metadata
-from hwquant.torch.trainable.model import (TrainableQuantizerFactory, build_trainable_model, convert_to_inferable,
-                                           copy_model, trainable_quantizer_classes, trainable_quantizers)
-from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
+from hwquant.torch.trainable.model import (
+    TrainableQuantizerFactory,
+    build_trainable_model,
+    convert_to_inferable,
+    copy_model,
+    trainable_quantizer_classes,
+    trainable_quantizers,
+)
+from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
 
 log = logging.getLogger("hwquant.qat")
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
+from hwquant.concurrency import ContextStack
 from hwquant.errors import InvalidTPCError
 from hwquant.tpc.enums import OperatorSetNames
-from hwquant.concurrency import ContextStack
 from hwquant.tpc.layer_filters import LayerFilterParams
 from hwquant.tpc.legacy import to_tpc
 from hwquant.tpc.schema import QuantizationConfigOptions

@@ -4,12 +4,19 @@ The configs and the registry are framework-free; each framework's quantizers loa
 (`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`: hwquant.torch.trainable).
 """
 from hwquant.lazy import lazy_table
-from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod,  # noqa: F401
-                                                     VariableGroup, get_trainable_quantizer_class,
-                                                     mark_quantizer, registered_quantizers)
-from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,  # noqa: F401
+from hwquant.trainable_infrastructure.common import (  # noqa: F401
+                                                     QuantizationTarget,
+                                                     TrainingMethod,
+                                                     VariableGroup,
+                                                     get_trainable_quantizer_class,
+                                                     mark_quantizer,
+                                                     registered_quantizers,
+)
+from hwquant.trainable_infrastructure.config import (  # noqa: F401
+                                                     TrainableQuantizerActivationConfig,
                                                      TrainableQuantizerCandidateConfig,
-                                                     TrainableQuantizerWeightsConfig)
+                                                     TrainableQuantizerWeightsConfig,
+)
 
 _TORCH = "hwquant.torch.trainable"
 __getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {

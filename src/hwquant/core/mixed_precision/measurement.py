@@ -18,8 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
 from hwquant.core.graph import Graph, Node
-from hwquant.core.mixed_precision.sensitivity import (combine_distances, interest_points, needs_measurement,
-                                                      normalise_scores)
+from hwquant.core.mixed_precision.sensitivity import combine_distances, interest_points, needs_measurement, normalise_scores
 from hwquant.core.resource_utilization import max_bits_config
 
 

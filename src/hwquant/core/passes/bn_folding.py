@@ -7,9 +7,9 @@ The layer is then named ``<layer>_bn``, as MCT names it.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Optional
+
+import numpy as np
 
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph

@@ -10,8 +10,16 @@ from typing import Literal
 
 from hwquant.target_platform_capabilities.schema import mct_current_schema as _current
 from hwquant.target_platform_capabilities.schema.mct_current_schema import (  # noqa: F401
-    AttributeQuantizationConfig, Fusing, OperatorSetGroup, OperatorSetNames, OperatorsSet, OpQuantizationConfig,
-    QuantizationConfigOptions, QuantizationMethod, Signedness)
+    AttributeQuantizationConfig,
+    Fusing,
+    OperatorSetGroup,
+    OperatorSetNames,
+    OperatorsSet,
+    OpQuantizationConfig,
+    QuantizationConfigOptions,
+    QuantizationMethod,
+    Signedness,
+)
 
 SCHEMA_VERSION = 1
 

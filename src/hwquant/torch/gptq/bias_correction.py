@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from hwquant.core.graph import Graph
-from hwquant.torch.output_error import error_and_energy, flat_tensors
 from hwquant.torch.builder import build_module
+from hwquant.torch.output_error import error_and_energy, flat_tensors
 from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_means, correct_output_means
 
 # (graph holding float kernels, {layer: learned kernel}) -> layers corrected; the PTQ statistics bind it

@@ -13,9 +13,9 @@ from hwquant.core.model_metadata import quantization_metadata
 from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.torch.gptq.training import gptq_train, training_samples
-from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
+from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
+from hwquant.torch.gptq.training import gptq_train, training_samples
 from hwquant.torch.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")

@@ -14,9 +14,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from hwquant.torch.output_error import flat_tensors
-
 from hwquant.logger import progress
+from hwquant.torch.output_error import flat_tensors
 
 HESSIAN_ITERATIONS = 32  # random vectors per batch (the estimate's relative spread falls as 1 / sqrt)
 

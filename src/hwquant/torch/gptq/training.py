@@ -28,18 +28,18 @@ from torch import nn
 from hwquant.core.graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.schedules import linear_annealing, regularization_beta
+from hwquant.logger import progress
+from hwquant.torch.builder import build_module
 from hwquant.torch.gptq.bias_correction import AnalyticCorrection, correct_biases
 from hwquant.torch.gptq.hessian import activation_hessian_scores
 from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
-from hwquant.gptq.schedules import linear_annealing, regularization_beta
-from hwquant.logger import progress
-from hwquant.torch.builder import build_module
 from hwquant.torch.output_mean_correction import channel_axis
+from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
-from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 
 log = logging.getLogger("hwquant.gptq")
 

@@ -25,8 +25,8 @@ from hwquant.core.integer_accumulation import input_grid_source
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
 from hwquant.torch.quantizers import PytorchQuantizationWrapper, _integer_kernel, quantizer_slots, set_quantizer
-from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
+from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 
 
 class TrainableQuantizerFactory(QuantizerFactory):

@@ -18,12 +18,10 @@ import torch
 
 from hwquant.constants import MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
 from hwquant.core import quant_math
+from hwquant.torch.trainable.base import BasePytorchActivationTrainableQuantizer, BasePytorchTrainableQuantizer
+from hwquant.torch.trainable.fake_quant import affine_fake_quantize, lsq_gradient_factor, straight_through
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer
-from hwquant.torch.trainable.base import (BasePytorchActivationTrainableQuantizer,
-                                                         BasePytorchTrainableQuantizer)
-from hwquant.torch.trainable.fake_quant import (affine_fake_quantize, lsq_gradient_factor,
-                                                                  straight_through)
 
 _SYMMETRIC = [QuantizationMethod.POWER_OF_TWO, QuantizationMethod.SYMMETRIC]
 _UNIFORM = [QuantizationMethod.UNIFORM]
