@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import fx
 
-from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
+from hwquant.core.config import MpDistanceWeighting
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.core.mixed_precision.sensitivity import point_weights

@@ -92,7 +92,7 @@ def _measured(graph: Graph, configurable: Sequence[Node], batches: List[List[Any
         totals = [[dict.fromkeys(observed, 0.0) for _ in node.candidates] for node in configurable]
         for k in range(len(batches)):  # batches outside: a back end may hold one batch's reference at a time
             for node, rows in zip(configurable, totals):
-                for dists, found in zip(rows, _each_candidate(backend, node, lambda: backend.distances(k))):
+                for dists, found in zip(rows, _each_candidate(backend, node, lambda k=k: backend.distances(k))):
                     for p, d in zip(observed, found):
                         dists[p] += d / len(batches)
         return [[combine_distances(cfg, dists, points, outputs, hessian) for dists in rows] for rows in totals]

@@ -12,19 +12,17 @@ is kept.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from hwquant.core.graph import Graph
+from hwquant.gptq.training import AnalyticCorrection
 from hwquant.torch.builder import build_module
 from hwquant.torch.output_error import error_and_energy, flat_tensors
 from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_means, correct_output_means
-
-# (graph holding float kernels, {layer: learned kernel}) -> layers corrected; the PTQ statistics bind it
-AnalyticCorrection = Callable[[Graph, Dict[str, np.ndarray]], int]
 
 
 def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:

@@ -13,9 +13,10 @@ from hwquant.core.model_metadata import quantization_metadata
 from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.training import gptq_train
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
-from hwquant.torch.gptq.training import gptq_train, training_samples
+from hwquant.torch.gptq.training import TorchGPTQBackend, training_samples
 from hwquant.torch.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")
@@ -70,7 +71,7 @@ def pytorch_gradient_post_training_quantization(
             check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],
                                     "gptq_representative_data_gen")
         samples, batch_size = training_samples(batches)
-        info_dict = gptq_train(state.float_graph, adapter, gptq_config, samples, batch_size,
+        info_dict = gptq_train(state.float_graph, TorchGPTQBackend(adapter), gptq_config, samples, batch_size,
                                analytic_correction=lambda graph, kernels: _analytic_correction(state, graph, kernels))
         state.graph, state.float_graph = state.float_graph, None
         state.report["bias_corrected"] = len(info_dict["bias_corrected"])

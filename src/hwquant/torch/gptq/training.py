@@ -1,25 +1,11 @@
-"""GPTQ training for PyTorch: learn how each quantized kernel rounds so that the quantized model's
-activations at the interest points follow the float model's, on unlabelled representative data.
-
-Two models are built from the PTQ graphs: the float teacher (the graph before bias correction) and
-the student, the quantized model with a GPTQ weight quantizer on every quantized kernel and frozen
-straight-through activation quantizers (optionally eased in by gradual activation quantization).
-Interest points: the output of every layer whose kernel trains, taken where it is quantized, before its
-activation quantizer: after the activation fused into it, if any (a ReLU's negative side is lost anyway,
-and the fused output is the tensor the next layers see).
-The loss compares them, weighted by Hessian-based scores (per point, or per sample and point:
-sample-layer attention), plus the soft-rounding regulariser. After training, the learned weights
-(on the grid), biases and, if learned, quantization parameters are written into the graph, from which
-the ordinary quantized model is built, with a bias correction for the learned rounding where the
-configuration asks for one (torch/gptq/bias_correction.py).
-"""
+"""PyTorch's back end of the GPTQ training loop (gptq/training.py): the student and teacher models,
+the optimizers, the loss of one step, the Hessian scores, the teacher's kept activations, the bias
+correction's two candidates (torch/gptq/bias_correction.py)."""
 from __future__ import annotations
 
-import logging
 import os
-import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -28,10 +14,9 @@ from torch import nn
 from hwquant.core.graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.schedules import linear_annealing, regularization_beta
-from hwquant.logger import progress
+from hwquant.gptq.training import AnalyticCorrection, GPTQBackend, LearnedLayer, interest_point
 from hwquant.torch.builder import build_module
-from hwquant.torch.gptq.bias_correction import AnalyticCorrection, correct_biases
+from hwquant.torch.gptq.bias_correction import correct_biases
 from hwquant.torch.gptq.hessian import activation_hessian_scores
 from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
@@ -40,8 +25,6 @@ from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
 from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
-
-log = logging.getLogger("hwquant.gptq")
 
 # The float teacher's interest-point activations are kept for every sample, computed once, when they
 # fit in a quarter of the memory free on the device, or in this many bytes if that is more; otherwise
@@ -129,11 +112,6 @@ def _build_student(graph: Graph, adapter: Any, cfg: GradientPTQConfig) -> _Stude
     return _Student(model, kernels, gradual)
 
 
-def interest_point(layer: Node) -> str:
-    """The node whose output is ``layer``'s interest point: the end of its fused group, else itself."""
-    return layer.fused_into or layer.name
-
-
 def _make_optimizer(spec: Any, params: List[nn.Parameter], what: str) -> torch.optim.Optimizer:
     """A fresh optimizer over ``params`` from the config's ``spec``: an optimizer (its class and
     settings; the given instance is left alone), an optimizer class, or a factory of params."""
@@ -176,175 +154,111 @@ def _optimizers(cfg: GradientPTQConfig, student: _Student) -> List[torch.optim.O
     return out
 
 
-def _loss_weights(cfg: GradientPTQConfig, teacher: nn.Module, samples: List[torch.Tensor],
-                  points: List[Node]) -> tuple:
-    """(loss weights: (points,) or (samples, points) for sample-layer attention; regulariser weights (points,))."""
-    h = cfg.hessian_weights_config
-    n_points = len(points)
-    if h is None:
-        return torch.full((n_points,), 1.0 / n_points), torch.ones(n_points)
-    n = len(samples[0]) if h.per_sample or h.hessians_num_samples is None else min(h.hessians_num_samples, len(samples[0]))
-    if not h.per_sample and h.hessians_num_samples is not None and h.hessians_num_samples > len(samples[0]):
-        log.info("GPTQ Hessian scores: %d samples asked, the data has %d", h.hessians_num_samples, len(samples[0]))
-    batches = [[t[i:i + h.hessian_batch_size] for t in samples] for i in range(0, n, h.hessian_batch_size)]
-    scores = activation_hessian_scores(teacher, batches, [channel_axis(p) for p in points], h.per_sample).cpu()
-    if h.per_sample:
-        return scores, scores.mean(0)
-    scores = scores.double()
-    if h.norm_scores:
-        scores = scores / (scores.sum(1, keepdim=True) + 1e-12)
-    mean = scores.mean(0)
-    if h.log_norm:
-        positive = mean[mean > 0]
-        mean = torch.where(mean > 0, mean, positive.min() if len(positive) else torch.ones(()))
-        logs = torch.log10(mean)
-        span = logs.max() - logs.min()
-        mean = (logs - logs.min()) / span if h.scale_log_norm and span > 0 else logs - logs.min()
-    return mean.float(), torch.ones(n_points)
-
-
 def _teacher_outputs(teacher: nn.Module, x: List[torch.Tensor]) -> List[torch.Tensor]:
     with torch.no_grad():
         return [t.detach() for t in teacher(*x)[1]]
 
 
-def gptq_train(graph: Graph, adapter: Any, cfg: GradientPTQConfig, samples: List[torch.Tensor], batch_size: int,
-               analytic_correction: AnalyticCorrection, seed: int = 0) -> Dict[str, Any]:
-    """Run GPTQ on ``graph``, a quantized graph with its float weights and biases (PTQ's graph before
-    bias correction), in place: the learned kernels, biases and parameters are written into its nodes,
-    with a bias correction for the learned rounding (torch/gptq/bias_correction.py: measured, or
-    ``analytic_correction``, whichever leaves the output closer to the float model's on the samples).
-    The float teacher is built from it too.
-    ``samples``: one tensor per model input holding every training sample. Returns the run's
-    information (UserInformation.gptq_info_dict).
+class TorchGPTQBackend(GPTQBackend):
+    def __init__(self, adapter: Any, seed: int = 0):
+        self.adapter, self.device = adapter, adapter.device
+        self.generator = torch.Generator().manual_seed(seed)
 
-    Why the float biases: soft rounding starts at the float kernels, so the biases that go with them
-    are the float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting
-    from corrected biases the optimiser spends its steps undoing the correction through the rounding).
-    """
-    start = time.perf_counter()
-    student = _build_student(graph, adapter, cfg)
-    if not student.kernels:
-        raise InvalidConfigError("GPTQ found no quantized kernel to train (every layer's kernel quantization is "
-                                 "disabled): use post-training quantization instead")
-    names = [node.name for node, *_ in student.kernels]
-    point_of = {name: interest_point(graph.node(name)) for name in names}
-    teacher = build_module(graph, None, extra_outputs=list(point_of.values())).to(adapter.device).eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
-    optimizers = _optimizers(cfg, student)
-    n_samples = len(samples[0])
-    steps_per_epoch = -(-n_samples // batch_size)
-    total_steps = cfg.n_epochs * steps_per_epoch
+    def build(self, graph: Graph, cfg: GradientPTQConfig, samples: Sequence[Any]) -> List[Node]:
+        self.graph, self.samples = graph, list(samples)
+        self.student = _build_student(graph, self.adapter, cfg)
+        layers = [node for node, *_ in self.student.kernels]
+        self.teacher = build_module(graph, None, extra_outputs=[interest_point(n) for n in layers]).to(self.device).eval()
+        for p in self.teacher.parameters():
+            p.requires_grad_(False)
+        self.optimizers = _optimizers(cfg, self.student) if layers else []
+        return layers
 
-    loss_weights, reg_weights = _loss_weights(cfg, teacher, samples, [n for n, *_ in student.kernels])
-    per_sample = loss_weights.dim() == 2
-    loss_fn = cfg.loss or (sample_layer_attention_loss if per_sample else multiple_tensors_mse_loss)
-    hessian_seconds = time.perf_counter() - start
-    loss_weights, reg_weights = loss_weights.to(adapter.device), reg_weights.to(adapter.device)
+    def hessian_scores(self, n_samples: int, batch_size: int, per_sample: bool) -> np.ndarray:
+        batches = [[t[i:i + batch_size] for t in self.samples] for i in range(0, n_samples, batch_size)]
+        axes = [channel_axis(node) for node, *_ in self.student.kernels]
+        return activation_hessian_scores(self.teacher, batches, axes, per_sample).cpu().numpy()
 
-    soft = [q for *_, q in student.kernels]
-    beta = regularization_beta(total_steps)
-    fraction = None
-    if cfg.gradual_activation_quantization_config is not None:
-        a = cfg.gradual_activation_quantization_config.q_fraction_scheduler_policy
-        fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
+    def start(self, cfg: GradientPTQConfig, loss_weights: np.ndarray, regularizer_weights: np.ndarray,
+              batch_size: int) -> None:
+        self.loss_weights = torch.as_tensor(loss_weights).to(self.device)
+        self.reg_weights = torch.as_tensor(regularizer_weights).to(self.device)
+        self.per_sample = self.loss_weights.dim() == 2
+        self.loss_fn = cfg.loss or (sample_layer_attention_loss if self.per_sample else multiple_tensors_mse_loss)
+        self.custom_loss, self.regularization_factor = cfg.loss is not None, cfg.regularization_factor
+        self.batch_size = batch_size
+        self.cache = self._teacher_cache(batch_size)
+        self.teacher_cached = self.cache is not None
+        self.student.model.train()
 
-    cache = _teacher_cache(teacher, samples, batch_size)
+    def shuffle(self, n_samples: int) -> Sequence[Any]:
+        return torch.randperm(n_samples, generator=self.generator)
 
-    gen = torch.Generator().manual_seed(seed)
-    losses: List[float] = []
-    step = 0
-    student.model.train()
-    epochs = progress(range(cfg.n_epochs), "GPTQ epochs")
-    for _ in epochs:
-        order = torch.randperm(n_samples, generator=gen)
-        for i in progress(range(0, n_samples, batch_size), "GPTQ steps", total=steps_per_epoch):
-            idx = order[i:i + batch_size]
-            dev_idx = idx.to(adapter.device)
-            x = [s[dev_idx] for s in samples]
-            target = [t[dev_idx] for t in cache] if cache is not None else _teacher_outputs(teacher, x)
-            if fraction is not None:
-                f = fraction(step)
-                for g in student.gradual:
-                    g.q_fraction = f
-            _, points = student.model(*x)
-            kernels_q = kernels_f = None
-            if cfg.loss is not None:  # a user's loss may look at the kernels
-                kernels_q = [[q(w.float_weight(a))] for _, w, a, q in student.kernels]
-                kernels_f = [[w.float_weight(a)] for _, w, a, _ in student.kernels]
-            weights = loss_weights[dev_idx] if per_sample else loss_weights
-            loss = loss_fn(points, target, kernels_q, kernels_f, [None] * len(points), [None] * len(points), weights)
-            if cfg.regularization_factor:
-                reg = sum(w * q.rounding_regularization(beta(step)) for w, q in zip(reg_weights, soft))
-                loss = loss + cfg.regularization_factor * reg / reg_weights.max().clamp_min(1e-30)
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for opt in optimizers:
-                opt.step()
-            value = float(loss.detach())
-            if not np.isfinite(value):
-                raise InvalidConfigError(f"GPTQ diverged at step {step} (loss {value}): lower the learning rates "
-                                         f"or the regularization factor")
-            losses.append(value)
-            if cfg.log_function is not None:
-                rounding = [p for q in soft for p in q.get_trainable_variables(VariableGroup.WEIGHTS)]
-                cfg.log_function(value, [None if p.grad is None else p.grad.detach().cpu().numpy() for p in rounding],
-                                 [p.detach().cpu().numpy() for p in rounding])
-            if hasattr(epochs, "set_postfix"):
-                epochs.set_postfix(loss=f"{value:.4g}")
-            step += 1
-    training_seconds = time.perf_counter() - start - hessian_seconds
-    teacher_cached, cache = cache is not None, None  # free it for the bias correction
-    kernels = _write_back(student, cfg, adapter)
-    wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
-    correction = correct_biases(graph, adapter, kernels, analytic_correction, wanted, point_of, teacher, samples, batch_size)
-    log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
-             "bias correction (%s) %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
-             correction["bias_correction"], time.perf_counter() - start - hessian_seconds - training_seconds)
-    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names,
-            "interest_points": list(point_of.values()), "hessian_seconds": hessian_seconds,
-            "training_seconds": training_seconds, "rounding_type": cfg.rounding_type.name,
-            "teacher_cached": teacher_cached, **correction}
+    def set_quantized_fraction(self, fraction: float) -> None:
+        for g in self.student.gradual:
+            g.q_fraction = fraction
 
+    def step(self, indices: Any, beta: float) -> float:
+        dev_idx = indices.to(self.device)
+        x = [s[dev_idx] for s in self.samples]
+        target = [t[dev_idx] for t in self.cache] if self.cache is not None else _teacher_outputs(self.teacher, x)
+        _, points = self.student.model(*x)
+        kernels_q = kernels_f = None
+        if self.custom_loss:  # a user's loss may look at the kernels
+            kernels_q = [[q(w.float_weight(a))] for _, w, a, q in self.student.kernels]
+            kernels_f = [[w.float_weight(a)] for _, w, a, _ in self.student.kernels]
+        weights = self.loss_weights[dev_idx] if self.per_sample else self.loss_weights
+        loss = self.loss_fn(points, target, kernels_q, kernels_f, [None] * len(points), [None] * len(points), weights)
+        if self.regularization_factor:
+            soft = [q for *_, q in self.student.kernels]
+            reg = sum(w * q.rounding_regularization(beta) for w, q in zip(self.reg_weights, soft))
+            loss = loss + self.regularization_factor * reg / self.reg_weights.max().clamp_min(1e-30)
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        for opt in self.optimizers:
+            opt.step()
+        return float(loss.detach())
 
-def _teacher_cache(teacher: nn.Module, samples: List[torch.Tensor], batch_size: int) -> Optional[List[torch.Tensor]]:
-    """The teacher's interest-point activations for every sample, when they fit teacher_cache_budget."""
-    n = len(samples[0])
-    first = _teacher_outputs(teacher, [s[:batch_size] for s in samples])
-    per_sample = sum(t.numel() * t.element_size() for t in first) / len(first[0])
-    if per_sample * n > teacher_cache_budget(first[0].device):
-        return None
-    rest = (_teacher_outputs(teacher, [s[i:i + batch_size] for s in samples]) for i in range(batch_size, n, batch_size))
-    return [torch.cat(parts) for parts in zip(first, *rest)]
+    def rounding_state(self) -> tuple:
+        rounding = [p for *_, q in self.student.kernels for p in q.get_trainable_variables(VariableGroup.WEIGHTS)]
+        return ([None if p.grad is None else p.grad.detach().cpu().numpy() for p in rounding],
+                [p.detach().cpu().numpy() for p in rounding])
 
+    def _teacher_cache(self, batch_size: int) -> Optional[List[torch.Tensor]]:
+        """The teacher's interest-point activations for every sample, when they fit teacher_cache_budget."""
+        samples = self.samples
+        n = len(samples[0])
+        first = _teacher_outputs(self.teacher, [s[:batch_size] for s in samples])
+        per_sample = sum(t.numel() * t.element_size() for t in first) / len(first[0])
+        if per_sample * n > teacher_cache_budget(first[0].device):
+            return None
+        rest = (_teacher_outputs(self.teacher, [s[i:i + batch_size] for s in samples])
+                for i in range(batch_size, n, batch_size))
+        return [torch.cat(parts) for parts in zip(first, *rest)]
 
-@torch.no_grad()
-def _write_back(student: _Student, cfg: GradientPTQConfig, adapter: Any) -> Dict[str, np.ndarray]:
-    """The learned biases and quantization parameters into the graph's nodes; returns the learned
-    kernels ({layer: kernel on the grid}): the analytic bias correction reads the float kernels first."""
-    from hwquant.core.node_params import set_bias
-    kernels = {}
-    for node, wrapper, attr, q in student.kernels:
-        if q.quantization_parameter_learning:
-            node.final_config.weights_quantization_cfg.attrs[attr].weights_quantization_params.update(q.inferable_params())
-        kernels[node.name] = q.quantized_weights(wrapper.float_weight(attr)).cpu().numpy().astype(np.float32)
-        bias = getattr(wrapper.layer, "bias", None)
-        if cfg.train_bias and isinstance(bias, nn.Parameter) and adapter.bias_attr(node) in node.weights:
-            set_bias(node, adapter, bias.detach().cpu().numpy())
-    return kernels
+    @torch.no_grad()
+    def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
+        self.cache = None  # free it for the bias correction
+        out = {}
+        for node, wrapper, attr, q in self.student.kernels:
+            bias = getattr(wrapper.layer, "bias", None)
+            keep_bias = train_bias and isinstance(bias, nn.Parameter) and self.adapter.bias_attr(node) in node.weights
+            out[node.name] = LearnedLayer(
+                attr, q.quantized_weights(wrapper.float_weight(attr)).cpu().numpy().astype(np.float32),
+                bias.detach().cpu().numpy() if keep_bias else None,
+                q.inferable_params() if q.quantization_parameter_learning else None)
+        return out
+
+    def correct_biases(self, graph: Graph, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
+                       layers: List[str], point_of: Dict[str, str]) -> Dict[str, Any]:
+        return correct_biases(graph, self.adapter, kernels, analytic, layers, point_of, self.teacher, self.samples,
+                              self.batch_size)
 
 
 def training_samples(batches: List[List[torch.Tensor]]) -> tuple:
     """(one tensor per input holding every sample, the batch size of the data)."""
-    if not batches:
-        raise InvalidConfigError("the GPTQ representative data yielded no batch")
-    sizes = {tuple(tuple(t.shape[1:]) for t in b) for b in batches}
-    if len(sizes) > 1:
-        raise InvalidConfigError(f"GPTQ trains on shuffled samples of one size, but its data has batches of "
-                                 f"{len(sizes)} sizes ({sorted(sizes)[:3]}...): give gptq_representative_data_gen "
-                                 "batches of one size (resize or crop); the calibration data may keep its sizes")
-    samples = [torch.cat([b[k] for b in batches]) for k in range(len(batches[0]))]
-    return samples, len(batches[0][0])
+    from hwquant.gptq.training import training_batch_size
 
+    batch_size = training_batch_size(batches)
+    return [torch.cat([b[k] for b in batches]) for k in range(len(batches[0]))], batch_size

@@ -1,0 +1,212 @@
+"""The GPTQ training loop, written once for every framework: learn how each quantized kernel rounds so
+that the quantized model's activations at the interest points follow the float model's, on unlabelled
+representative data.
+
+Two models come from the PTQ graphs: the float teacher (the graph before bias correction) and the
+student, the quantized model with a GPTQ weight quantizer on every quantized kernel and frozen
+straight-through activation quantizers (optionally eased in by gradual activation quantization).
+Interest points: the output of every layer whose kernel trains, taken where it is quantized, before its
+activation quantizer: after the activation fused into it, if any (a ReLU's negative side is lost anyway,
+and the fused output is the tensor the next layers see). The loss compares them, weighted by
+Hessian-based scores (per point, or per sample and point: sample-layer attention), plus the
+soft-rounding regulariser. After training, the learned weights (on the grid), biases and, if learned,
+quantization parameters are written into the graph, from which the ordinary quantized model is built,
+with a bias correction for the learned rounding where the configuration asks for one.
+
+This module decides everything that does not depend on the framework: the schedules, the loss and
+regulariser weights, the epochs and steps, what is written back and reported. A framework gives the
+models and the arithmetic through a ``GPTQBackend`` (torch/gptq/training.py).
+
+Why the float biases: soft rounding starts at the float kernels, so the biases that go with them are the
+float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting from corrected
+biases the optimiser spends its steps undoing the correction through the rounding).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from hwquant.core.graph import Graph, Node
+from hwquant.core.node_params import set_bias
+from hwquant.errors import InvalidConfigError
+from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.schedules import linear_annealing, regularization_beta
+from hwquant.logger import progress
+
+log = logging.getLogger("hwquant.gptq")
+
+# (graph holding float kernels, {layer: learned kernel}) -> layers corrected; the PTQ statistics bind it
+AnalyticCorrection = Callable[[Graph, Dict[str, np.ndarray]], int]
+
+
+@dataclass
+class LearnedLayer:
+    """What training learned for one layer: its kernel on the grid, its bias (None: not trained) and its
+    quantization parameters (None: the PTQ grid kept)."""
+    kernel_attr: Any
+    kernel: np.ndarray
+    bias: Optional[np.ndarray] = None
+    params: Optional[Dict[str, Any]] = None
+
+
+class GPTQBackend(ABC):
+    """A framework's part of GPTQ. Called in this order: ``build``, ``hessian_scores`` (if Hessian
+    weights are asked for), ``start``, then ``shuffle`` / ``set_quantized_fraction`` / ``step`` per
+    step, ``learned``, ``correct_biases``."""
+
+    adapter: Any  # the framework adapter (names the weights)
+    teacher_cached: bool = False
+
+    @abstractmethod
+    def build(self, graph: Graph, cfg: GradientPTQConfig, samples: Sequence[Any]) -> List[Node]:
+        """Build the student and the float teacher from ``graph``; returns the layers whose kernel trains,
+        in graph order (their interest points are ``interest_point(layer)``)."""
+
+    @abstractmethod
+    def hessian_scores(self, n_samples: int, batch_size: int, per_sample: bool) -> np.ndarray:
+        """(samples, points) Hessian-based scores of the interest points on the first ``n_samples``."""
+
+    @abstractmethod
+    def start(self, cfg: GradientPTQConfig, loss_weights: np.ndarray, regularizer_weights: np.ndarray,
+              batch_size: int) -> None:
+        """Make the optimizers (MCT's grouping of the rounding variables, biases and quantization
+        parameters) and the loss; keep the teacher's activations if they fit."""
+
+    @abstractmethod
+    def shuffle(self, n_samples: int) -> Sequence[Any]:
+        """An epoch's sample order (a seeded generator of the back end's own)."""
+
+    @abstractmethod
+    def set_quantized_fraction(self, fraction: float) -> None:
+        """Gradual activation quantization: the quantized share of every activation quantizer's output."""
+
+    @abstractmethod
+    def step(self, indices: Any, beta: float) -> float:
+        """One optimisation step on the samples ``indices`` (regulariser temperature ``beta``); the loss."""
+
+    @abstractmethod
+    def rounding_state(self) -> tuple:
+        """(gradients, values) of the rounding variables as numpy arrays: ``cfg.log_function``'s arguments."""
+
+    @abstractmethod
+    def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
+        """{layer: what it learned}; frees the teacher's kept activations."""
+
+    @abstractmethod
+    def correct_biases(self, graph: Graph, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
+                       layers: List[str], point_of: Dict[str, str]) -> Dict[str, Any]:
+        """Install the learned kernels into ``graph`` with the better of the measured and the analytic
+        bias correction for ``layers``; returns what was chosen and why."""
+
+
+def interest_point(layer: Node) -> str:
+    """The node whose output is ``layer``'s interest point: the end of its fused group, else itself."""
+    return layer.fused_into or layer.name
+
+
+def hessian_loss_weights(cfg: GradientPTQConfig, backend: GPTQBackend, n_samples: int, n_points: int) -> tuple:
+    """(loss weights: (points,) or (samples, points) for sample-layer attention; regulariser weights (points,))."""
+    h = cfg.hessian_weights_config
+    if h is None:
+        return np.full(n_points, 1.0 / n_points, np.float32), np.ones(n_points, np.float32)
+    n = n_samples if h.per_sample or h.hessians_num_samples is None else min(h.hessians_num_samples, n_samples)
+    if not h.per_sample and h.hessians_num_samples is not None and h.hessians_num_samples > n_samples:
+        log.info("GPTQ Hessian scores: %d samples asked, the data has %d", h.hessians_num_samples, n_samples)
+    scores = backend.hessian_scores(n, h.hessian_batch_size, h.per_sample)
+    if h.per_sample:
+        return scores.astype(np.float32), scores.mean(0).astype(np.float32)
+    scores = scores.astype(np.float64)
+    if h.norm_scores:
+        scores = scores / (scores.sum(1, keepdims=True) + 1e-12)
+    mean = scores.mean(0)
+    if h.log_norm:
+        positive = mean[mean > 0]
+        mean = np.where(mean > 0, mean, positive.min() if len(positive) else 1.0)
+        logs = np.log10(mean)
+        span = logs.max() - logs.min()
+        mean = (logs - logs.min()) / span if h.scale_log_norm and span > 0 else logs - logs.min()
+    return mean.astype(np.float32), np.ones(n_points, np.float32)
+
+
+def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samples: Sequence[Any], batch_size: int,
+               analytic_correction: AnalyticCorrection) -> Dict[str, Any]:
+    """Run GPTQ on ``graph``, a quantized graph with its float weights and biases (PTQ's graph before
+    bias correction), in place: the learned kernels, biases and parameters are written into its nodes,
+    with a bias correction for the learned rounding (measured, or ``analytic_correction``, whichever
+    leaves the output closer to the float model's on the samples). ``samples``: one array per model input
+    holding every training sample. Returns the run's information (UserInformation.gptq_info_dict)."""
+    start = time.perf_counter()
+    layers = backend.build(graph, cfg, samples)
+    if not layers:
+        raise InvalidConfigError("GPTQ found no quantized kernel to train (every layer's kernel quantization is "
+                                 "disabled): use post-training quantization instead")
+    names = [node.name for node in layers]
+    point_of = {node.name: interest_point(node) for node in layers}
+    n_samples = len(samples[0])
+    steps_per_epoch = -(-n_samples // batch_size)
+    total_steps = cfg.n_epochs * steps_per_epoch
+    loss_weights, reg_weights = hessian_loss_weights(cfg, backend, n_samples, len(layers))
+    hessian_seconds = time.perf_counter() - start
+    beta = regularization_beta(total_steps)
+    fraction = None
+    if cfg.gradual_activation_quantization_config is not None:
+        a = cfg.gradual_activation_quantization_config.q_fraction_scheduler_policy
+        fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
+    backend.start(cfg, loss_weights, reg_weights, batch_size)
+
+    losses: List[float] = []
+    step = 0
+    epochs = progress(range(cfg.n_epochs), "GPTQ epochs")
+    for _ in epochs:
+        order = backend.shuffle(n_samples)
+        for i in progress(range(0, n_samples, batch_size), "GPTQ steps", total=steps_per_epoch):
+            if fraction is not None:
+                backend.set_quantized_fraction(fraction(step))
+            value = backend.step(order[i:i + batch_size], beta(step))
+            if not np.isfinite(value):
+                raise InvalidConfigError(f"GPTQ diverged at step {step} (loss {value}): lower the learning rates "
+                                         f"or the regularization factor")
+            losses.append(value)
+            if cfg.log_function is not None:
+                cfg.log_function(value, *backend.rounding_state())
+            if hasattr(epochs, "set_postfix"):
+                epochs.set_postfix(loss=f"{value:.4g}")
+            step += 1
+    training_seconds = time.perf_counter() - start - hessian_seconds
+    teacher_cached = backend.teacher_cached
+    learned = backend.learned(cfg.train_bias)
+    kernels = {}
+    for node in layers:  # the analytic bias correction reads the float kernels first: kernels installed after
+        found = learned[node.name]
+        if found.params is not None:
+            node.final_config.weights_quantization_cfg.attrs[found.kernel_attr].weights_quantization_params.update(
+                found.params)
+        if found.bias is not None:
+            set_bias(node, backend.adapter, found.bias)
+        kernels[node.name] = found.kernel
+    wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
+    correction = backend.correct_biases(graph, kernels, analytic_correction, wanted, point_of)
+    log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
+             "bias correction (%s) %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
+             correction["bias_correction"], time.perf_counter() - start - hessian_seconds - training_seconds)
+    return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names,
+            "interest_points": list(point_of.values()), "hessian_seconds": hessian_seconds,
+            "training_seconds": training_seconds, "rounding_type": cfg.rounding_type.name,
+            "teacher_cached": teacher_cached, **correction}
+
+
+def training_batch_size(batches: Sequence[Sequence[Any]]) -> int:
+    """The GPTQ data's batch size, after checking its samples have one size (GPTQ shuffles samples)."""
+    if not batches:
+        raise InvalidConfigError("the GPTQ representative data yielded no batch")
+    sizes = {tuple(tuple(t.shape[1:]) for t in b) for b in batches}
+    if len(sizes) > 1:
+        raise InvalidConfigError(f"GPTQ trains on shuffled samples of one size, but its data has batches of "
+                                 f"{len(sizes)} sizes ({sorted(sizes)[:3]}...): give gptq_representative_data_gen "
+                                 "batches of one size (resize or crop); the calibration data may keep its sizes")
+    return len(batches[0][0])
