@@ -59,7 +59,8 @@ def main():
         model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)), target_platform_capabilities=tflite_tpc)[0]
     parity = {}
     for name, q in (("hwquant_int8", quantized), ("hwquant_int8_tflite_tpc", for_tflite)):
-        path = mct.exporter.keras_export_model(q, folder / f"{name}.tflite", serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,
+        path = mct.exporter.keras_export_model(q, folder / f"{name}.tflite",
+                                               serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,
                                                quantization_format=mct.exporter.QuantizationFormat.INT8)
         steps = [v for v in layer_parity(q, path.read_bytes(), data["eval"][:1]).values() if not np.isnan(v)]
         parity[name] = np.array([max(steps), len(steps)])

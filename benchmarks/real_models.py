@@ -341,7 +341,7 @@ def synth_utterance(spk: dict, rng: np.random.Generator, seconds: float = 1.7) -
         wav += np.where(fk < 7600, env * k ** (-spk["tilt"]), 0.0) * np.sin(k * phase)
     wav = wav * amp
     wav += spk["breath"] * rng.normal(0, 1, n) * amp * np.abs(wav).max()
-    for s, e, _ in bounds:  # fricative-like noise burst before some syllables
+    for s, _e, _ in bounds:  # fricative-like noise burst before some syllables
         if rng.uniform() < 0.4 and s > 800:
             burst = rng.normal(0, 1, 800) * np.hanning(800) * 0.3 * np.abs(wav).max()
             wav[s - 800:s] += np.diff(np.concatenate([[0], burst]))
@@ -609,13 +609,13 @@ def _word_scene(rng: np.random.Generator, size: int, n_words: tuple[int, int] = 
     for _ in range(int(rng.integers(n_words[0], n_words[1] + 1))):
         text = _random_text(rng, (1, 1))
         font = _font(int(rng.integers(*font_sizes)))
-        l, t, r, b = draw.textbbox((0, 0), text, font=font)
-        if r - l >= size - 8:
+        left, t, r, b = draw.textbbox((0, 0), text, font=font)
+        if r - left >= size - 8:
             continue
         for _ in range(20):  # place without overlapping earlier words
-            x = int(rng.integers(4, size - (r - l) - 4))
+            x = int(rng.integers(4, size - (r - left) - 4))
             y = int(rng.integers(4, size - (b - t) - 4))
-            box = (x, y, x + r - l, y + b - t)
+            box = (x, y, x + r - left, y + b - t)
             if all(box[2] < o[0] - 4 or box[0] > o[2] + 4 or box[3] < o[1] - 4 or box[1] > o[3] + 4 for o in bxs):
                 break
         else:
@@ -625,7 +625,7 @@ def _word_scene(rng: np.random.Generator, size: int, n_words: tuple[int, int] = 
         pad = 3
         draw.rectangle((box[0] - pad, box[1] - pad, box[2] + pad, box[3] + pad),
                        fill=tuple(int(255 - v) for v in fg) if rng.uniform() < 0.5 else None)
-        draw.text((x - l, y - t), text, font=font, fill=fg)
+        draw.text((x - left, y - t), text, font=font, fill=fg)
         bxs.append(box)
     return img, bxs
 
@@ -1494,16 +1494,16 @@ def yolox_captchas(n: int, seed: int, size: int = 416) -> tuple[torch.Tensor, li
         for _ in range(int(rng.integers(3, 6))):
             glyph = CAPTCHA_GLYPHS[int(rng.integers(0, len(CAPTCHA_GLYPHS)))]
             font = _font(int(rng.integers(30, 60)))
-            l, t, r, b = draw.textbbox((0, 0), glyph, font=font, stroke_width=2)
+            left, t, r, b = draw.textbbox((0, 0), glyph, font=font, stroke_width=2)
             for _ in range(20):  # place without overlapping earlier glyphs
-                x, y = int(rng.integers(2, w - (r - l) - 2)), int(rng.integers(2, h - (b - t) - 2))
-                box = (x, y, x + r - l, y + b - t)
+                x, y = int(rng.integers(2, w - (r - left) - 2)), int(rng.integers(2, h - (b - t) - 2))
+                box = (x, y, x + r - left, y + b - t)
                 if all(box[2] < o[0] or box[0] > o[2] or box[3] < o[1] or box[1] > o[3] for o in bxs):
                     break
             else:
                 continue
             colour = tuple(int(v) for v in rng.integers(0, 256, 3))
-            draw.text((x - l, y - t), glyph, font=font, fill=colour, stroke_width=2,
+            draw.text((x - left, y - t), glyph, font=font, fill=colour, stroke_width=2,
                       stroke_fill=(255, 255, 255) if sum(colour) < 380 else (0, 0, 0))
             bxs.append(box)
         ratio = min(size / w, size / h)

@@ -153,7 +153,8 @@ def run(name: str, n_calib: int, n_eval: int, batch: int) -> list:
             fig["labelled"] = f"{int((q[-n_lab:].argmax(1) == labels).sum())}/{n_lab}"
         else:
             fig = _figures(f, q, labels)
-            fig["labelled"] = f"{100 * fig['labelled'] / len(labels):.2f} % (float {100 * float((f.argmax(1) == labels).mean()):.2f} %)"
+            float_top1 = 100 * float((f.argmax(1) == labels).mean())
+            fig["labelled"] = f"{100 * fig['labelled'] / len(labels):.2f} % (float {float_top1:.2f} %)"
         shown = f"{seconds[0]:.1f}" + (f" [{seconds[1]:.1f}]" if len(seconds) > 1 else "")
         rows.append(f"| {name} | {tool} | {shown} | {fig['agreement']:.1f}% | {fig['sqnr']:.1f} | {fig['labelled']} |")
         print(rows[-1], flush=True)

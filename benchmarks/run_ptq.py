@@ -166,7 +166,8 @@ def benchmark_model(name: str, args, log_dir: Path) -> tuple[list[dict], list[st
 
     def add(res, label, total=None):
         if "skipped" in res or "error" in res:
-            notes.append(f"{name}: {label} {'skipped' if 'skipped' in res else 'failed'}: {res.get('skipped') or res.get('error')}")
+            outcome = "skipped" if "skipped" in res else "failed"
+            notes.append(f"{name}: {label} {outcome}: {res.get('skipped') or res.get('error')}")
             print("  " + notes[-1], flush=True)
         else:
             results.append(res)
@@ -221,7 +222,8 @@ def _vs_mct(rows):
 
 def mobilenet_table(rows) -> list[str]:
     ref = _vs_mct(rows)
-    out = ["| tool | quantization time (s) | time vs MCT | top-1 agreement | vs MCT (pp) | SQNR (dB) | vs MCT (dB) | labelled top-1 |",
+    out = ["| tool | quantization time (s) | time vs MCT | top-1 agreement | vs MCT (pp) | SQNR (dB) | vs MCT (dB) "
+           "| labelled top-1 |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         is_float = r["tool"] == "float"
@@ -236,7 +238,8 @@ def mobilenet_table(rows) -> list[str]:
 
 
 def fashion_table(per_model: dict) -> list[str]:
-    out = ["| model | tool | quantization time (s) | time vs MCT | test accuracy | vs float (pp) | vs MCT (pp) | top-1 agreement | SQNR (dB) |",
+    out = ["| model | tool | quantization time (s) | time vs MCT | test accuracy | vs float (pp) | vs MCT (pp) "
+           "| top-1 agreement | SQNR (dB) |",
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, rows in per_model.items():
         ref, flt = _vs_mct(rows), rows[0]

@@ -62,7 +62,8 @@ def main() -> None:
     for name in names:
         try:
             r = run_one(tv, name)
-            rows.append(f"| {name} | {r['params'] / 1e6:.1f} | {r['wrappers']} | {r['holders']} | {r['sqnr']:.1f} | {r['seconds']:.1f} |")
+            rows.append(f"| {name} | {r['params'] / 1e6:.1f} | {r['wrappers']} | {r['holders']} "
+                        f"| {r['sqnr']:.1f} | {r['seconds']:.1f} |")
             print(rows[-1], flush=True)
         except Exception as e:  # noqa: BLE001 - a failure is a result to report
             failures.append(f"| {name} | {type(e).__name__}: {str(e).splitlines()[0][:120]} |")

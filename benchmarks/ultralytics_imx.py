@@ -7,7 +7,8 @@ Ultralytics' code is not edited: with `--toolkit hwquant` the process enables hw
 `import model_compression_toolkit` of ultralytics/utils/export/imx.py and edge-mdt-tpc gives hwquant; with
 `--toolkit mct` it is the real MCT of the virtualenv. Offline: the network is built from Ultralytics' yaml
 (seeded random weights), its batch-norm statistics re-estimated on real photographs (so the layers compute
-something with real ranges) and its classification logits spread as a trained head's, and the calibration data is a local dataset folder of real photographs with
+something with real ranges) and its classification logits spread as a trained head's, and the calibration data is a
+local dataset folder of real photographs with
 empty label files (Ultralytics' calibration loader: letterbox to 640, /255). Sony's converter (imxconv-pt)
 is found on PATH, as Ultralytics looks for it.
 

@@ -78,7 +78,9 @@ def main() -> None:
         start = time.perf_counter()
         here, _ = mct.ptq.keras_post_training_quantization(
             keras.saving.load_model(folder / f"{name}.float.keras"),
-            lambda: ([calibration[i:i + 32]] for i in range(0, len(calibration), 32)), target_platform_capabilities=tpc)
+            # the data generator is consumed within this iteration, so the loop variable cannot go stale
+            lambda: ([calibration[i:i + 32]] for i in range(0, len(calibration), 32)),  # noqa: B023
+            target_platform_capabilities=tpc)
         seconds = time.perf_counter() - start
         reloaded = mct.keras_load_quantized_model(mct.exporter.keras_export_model(here, folder / f"{name}.tf.keras"))
         _report(f"{name:12s} quantized here ({seconds:.1f} s)", reloaded,

@@ -78,7 +78,8 @@ def main() -> None:
             model, lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32)), target_platform_capabilities=tpc)
         seconds = time.perf_counter() - start
         f, q = _predict(model, evaluation, 64), _predict(_round_trip(quantized, folder), evaluation, 64)
-        print(f"Keras ({keras.backend.backend()}) MobileNetV2: top-1 agreement {100 * (f.argmax(1) == q.argmax(1)).mean():.1f} %, "
+        agreement = 100 * (f.argmax(1) == q.argmax(1)).mean()
+        print(f"Keras ({keras.backend.backend()}) MobileNetV2: top-1 agreement {agreement:.1f} %, "
               f"SQNR {10 * np.log10((f ** 2).sum() / ((f - q) ** 2).sum()):.1f} dB ({seconds:.1f} s)")
         if keep:
             _keep(keep, "mobilenet_v2", model, quantized, calib, evaluation, f, None)

@@ -79,14 +79,15 @@ class TorchKit(_Kit):
                 class Residual(nn.Module):
                     def __init__(self):
                         super().__init__()
-                        self.conv = conv
+                        self.conv = conv  # noqa: B023 (instantiated at once below: not stale)
 
                     def forward(self, x):
                         return self.conv(x) + x
 
                 layers.append(Residual())
             else:
-                layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU}[kind]())
+                # the factory is called at once: no stale loop variable
+                layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU}[kind]())  # noqa: B023
         model = nn.Sequential(*layers).eval()
         with torch.no_grad():
             for m in model.modules():

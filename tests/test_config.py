@@ -174,7 +174,8 @@ def test_unknown_argument_suggests_name():
 
 
 def test_custom_tpc_opset_to_layer_shapes_kept():
-    class Layer: pass
+    class Layer:
+        pass
 
     class CustomOpsetLayers(tuple):  # stand-in for the TPC's NamedTuple
         pass

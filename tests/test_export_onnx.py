@@ -18,7 +18,7 @@ import hwquant as mct
 from hwquant.core import quant_math
 from hwquant.errors import ExportError
 from hwquant.torch.export_model import quantizers_of
-from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 QF, SF = mct.exporter.QuantizationFormat, mct.exporter.PytorchExportSerializationFormat
 MCTQ_OPS = {"WeightsPOTQuantizer", "WeightsSymmetricQuantizer", "WeightsUniformQuantizer", "WeightsLUTPOTQuantizer",
@@ -299,7 +299,8 @@ def test_mctq_runner_refuses_what_it_cannot_read(tmp_path):
     node = onnx.helper.make_node("WeightsPOTQuantizer", ["x", "t"], ["y"], domain="mct_quantizers", num_bits=8,
                                  signed=1, per_channel=0, channel_axis=0)
     model = onnx.helper.make_model(onnx.helper.make_graph([node], "g", [x, t], [y]),
-                                   opset_imports=[onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid("mct_quantizers", 1)])
+                                   opset_imports=[onnx.helper.make_opsetid("", 17),
+                                                  onnx.helper.make_opsetid("mct_quantizers", 1)])
     with pytest.raises(ExportError, match="is not a constant"):
         mct.exporter.mctq_inference_session(model)
 

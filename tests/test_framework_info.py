@@ -7,13 +7,32 @@ from hwquant.tpc.enums import QuantizationMethod
 
 
 # Stand-ins for framework layers.
-class Conv2D: pass
-class Dense: pass
-class Add: pass
-class ReLU: pass
-class Softmax: pass
-class Reshape: pass
-class Transpose: pass
+class Conv2D:
+    pass
+
+
+class Dense:
+    pass
+
+
+class Add:
+    pass
+
+
+class ReLU:
+    pass
+
+
+class Softmax:
+    pass
+
+
+class Reshape:
+    pass
+
+
+class Transpose:
+    pass
 
 
 kernel_ops, activation_ops, no_quantization_ops = [Conv2D, Dense], [Add, ReLU, Softmax], [Reshape, Transpose]

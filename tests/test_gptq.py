@@ -267,7 +267,7 @@ def test_result_is_an_ordinary_quantized_model_on_the_ptq_grid(setup, ptq_model)
     quantized, _ = run(setup, n_epochs=3)
     assert read_metadata(quantized)["method"] == "gptq"
     changed = 0
-    for (name, w), (_, w_ptq) in zip(quantized.named_modules(), ptq_model.named_modules()):
+    for (_name, w), (_, w_ptq) in zip(quantized.named_modules(), ptq_model.named_modules()):
         if isinstance(w, PytorchQuantizationWrapper):
             kernel, q = w.weight, w.weights_quantizers["weight"]
             assert torch.equal(q(kernel), kernel)  # learned weights lie on the grid

@@ -125,7 +125,8 @@ def test_tflite_int8_is_fully_integer_and_each_layer_within_one_step(device, tmp
     (lambda x: KerasActivationQuantizationHolder(make_quantizer(M.POWER_OF_TWO, 4, {"threshold": 1.0, "is_signed": True}),
                                                  name="h4")(x), "'h4' quantizes to 4 bits"),
     (lambda x: keras.layers.Dense(4, name="float_fc")(KerasActivationQuantizationHolder(
-        make_quantizer(M.POWER_OF_TWO, 8, {"threshold": 1.0, "is_signed": True}), name="h")(x)), "'float_fc'.* keep float weights"),
+        make_quantizer(M.POWER_OF_TWO, 8, {"threshold": 1.0, "is_signed": True}), name="h")(x)),
+     "'float_fc'.* keep float weights"),
 ])
 def test_tflite_int8_refuses_what_it_cannot_carry(make, match, tmp_path):
     x = keras.Input((8,))

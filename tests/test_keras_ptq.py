@@ -52,7 +52,7 @@ def test_quantized_model_blocks_have_mcts_names_and_read_back(quantized):
     names = [layer.name for layer in q.layers]
     # the batch norm folded into the convolution (MCT's `<conv>_bn`); holders after the quantized tensors
     assert "quant_c1_bn" in names and "bn1" not in names
-    holders = {l.name: l for l in q.layers if isinstance(l, KerasActivationQuantizationHolder)}
+    holders = {layer.name: layer for layer in q.layers if isinstance(layer, KerasActivationQuantizationHolder)}
     assert {"img_activation_holder_quantizer", "r1_activation_holder_quantizer", "fc_activation_holder_quantizer"} <= set(holders)
     h = holders["r1_activation_holder_quantizer"].activation_holder_quantizer
     assert type(h).__name__ == "ActivationPOTInferableQuantizer" and h.num_bits == 8 and not h.signed
@@ -74,7 +74,8 @@ def test_mixed_precision_under_a_weights_target():
     full = mct.core.keras_resource_utilization_data(_net(), gen)
     target = mct.core.ResourceUtilization(weights_memory=full.weights_memory * 0.6)
     q, info = mct.ptq.keras_post_training_quantization(_net(), gen, target_resource_utilization=target)
-    bits = {l.name: l.weights_quantizers["kernel"].num_bits for l in q.layers if isinstance(l, KerasQuantizationWrapper)}
+    bits = {layer.name: layer.weights_quantizers["kernel"].num_bits
+            for layer in q.layers if isinstance(layer, KerasQuantizationWrapper)}
     assert info.final_resource_utilization.weights_memory <= target.weights_memory and min(bits.values()) < 8
     x = data[0]
     f, y = (np.asarray(keras.ops.convert_to_numpy(m(x))) for m in (_net(), q))
@@ -151,7 +152,8 @@ def test_graph_corrections_run_on_keras_models():
     sqnr = {}
     for sn in (False, True):
         cc = mct.core.CoreConfig(mct.core.QuantizationConfig(shift_negative_activation_correction=sn))
-        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc, mct.get_target_platform_capabilities("4.0", "imx500"))
+        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc,
+                                   mct.get_target_platform_capabilities("4.0", "imx500"))
         run_ptq(state, d)
         q = state.adapter.build(state.graph, quantized=True)
         o = np.asarray(keras.ops.convert_to_numpy(q(data[0])))
@@ -307,7 +309,8 @@ def test_multi_output_models_under_a_weights_target():
     q, info = mct.ptq.keras_post_training_quantization(_multi_output_net(kind), gen, target_resource_utilization=target,
                                                        core_config=core)
     assert info.final_resource_utilization.weights_memory <= target.weights_memory
-    assert min(l.weights_quantizers["kernel"].num_bits for l in q.layers if isinstance(l, KerasQuantizationWrapper)) < 8
+    assert min(layer.weights_quantizers["kernel"].num_bits
+               for layer in q.layers if isinstance(layer, KerasQuantizationWrapper)) < 8
     x = data[0]
     f_out, q_out = _multi_output_net(kind).predict_on_batch(x), q.predict_on_batch(x)
     assert _same_structure(f_out, q_out)

@@ -63,7 +63,7 @@ def test_the_model_is_built_from_mct_quantizers_classes(quantized):
 def test_holders_have_mcts_names_and_mapping(quantized):
     mapping = quantized.node_to_activation_quantization_holder
     assert mapping and all(v == f"{k}_activation_holder_quantizer" for k, v in mapping.items())
-    for node, holder in mapping.items():
+    for _node, holder in mapping.items():
         assert isinstance(getattr(quantized, holder), mctq.PytorchActivationQuantizationHolder)
     assert "x" in mapping and "fc" in mapping  # the input and the output
 

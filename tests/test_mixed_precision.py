@@ -268,9 +268,11 @@ def test_probe_estimate_ranks_candidates_like_the_measurement():
     from hwquant.torch.mixed_precision import TorchSensitivityBackend
 
     graph, configurable = _calibrated()
-    probed = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(), TorchSensitivityBackend("cpu"))
+    probed = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(),
+                                   TorchSensitivityBackend("cpu"))
     measured = candidate_sensitivity(graph, configurable, gen(), mct.core.MixedPrecisionQuantizationConfig(
-        distance_weighting_method=mct.core.MpDistanceWeighting.EXP, exp_distance_weighting_sigma=1e-3), TorchSensitivityBackend("cpu"))
+        distance_weighting_method=mct.core.MpDistanceWeighting.EXP, exp_distance_weighting_sigma=1e-3),
+        TorchSensitivityBackend("cpu"))
     for p_row, m_row in zip(probed, measured):
         assert np.argsort(p_row).tolist() == np.argsort(m_row).tolist() == [0, 1, 2]
     # the 2-bit candidates: both ways agree on which layers suffer most (Spearman correlation)

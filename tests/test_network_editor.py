@@ -23,9 +23,16 @@ from hwquant.core.network_editor import (
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 
-class Conv2D: pass
-class Dense: pass
-def relu(x): return x
+class Conv2D:
+    pass
+
+
+class Dense:
+    pass
+
+
+def relu(x):
+    return x
 
 
 def node(name, type_):
@@ -49,7 +56,9 @@ def test_basic_filters():
 
 
 def test_type_filter_is_exact():
-    class MyConv(Conv2D): pass
+    class MyConv(Conv2D):
+        pass
+
     assert not NodeTypeFilter(Conv2D).match(node("c", MyConv))
 
 

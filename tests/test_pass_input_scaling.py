@@ -73,7 +73,8 @@ def test_input_is_scaled_to_fill_its_threshold(model, shape):
         if wc is not None and wc.enable_weights_quantization:
             amax = np.abs(node.weights["weight"]).reshape(node.weights["weight"].shape[0], -1).max(axis=1)
             top = 2 ** (wc.weights_n_bits - 1)  # the no-clipping threshold keeps the max one step below it
-            assert np.all(np.asarray(wc.weights_quantization_params[THRESHOLD]) <= amax * top / (top - 1) * 1.3)  # (MSE may take a step a little above max|w|)
+            # (MSE may take a step a little above max|w|)
+            assert np.all(np.asarray(wc.weights_quantization_params[THRESHOLD]) <= amax * top / (top - 1) * 1.3)
 
 
 def test_nothing_to_gain_leaves_the_model_alone():

@@ -65,7 +65,8 @@ def test_quantized_model_structure_and_fidelity():
     assert wrappers == {"conv_bn", "dw", "pw", "fc"}  # MCT names a layer with a folded batch-norm <layer>_bn
     # conv -> relu and dw -> relu, pw -> relu6 are fused (IMX500): no quantizer between them
     assert "conv_activation_holder_quantizer" not in holders and "dw_activation_holder_quantizer" not in holders
-    assert {"x_activation_holder_quantizer", "relu_activation_holder_quantizer", "relu6_activation_holder_quantizer", "fc_activation_holder_quantizer"} <= holders
+    assert {"x_activation_holder_quantizer", "relu_activation_holder_quantizer", "relu6_activation_holder_quantizer",
+            "fc_activation_holder_quantizer"} <= holders
     x = torch.randn(32, 3, 12, 12)
     with torch.no_grad():
         assert sqnr(model(x), q(x)) > 20
@@ -146,7 +147,8 @@ def test_seed_overrides_reach_the_model():
     qc = mct.QuantizationConfig(activation_n_bits=6, weights_n_bits=4, weights_per_channel_threshold=False,
                                 activation_quantization_method=mct.QuantizationMethod.UNIFORM)
     q, _ = quantize(core_config=mct.CoreConfig(qc))
-    assert {m.activation_holder_quantizer.num_bits for m in q.modules() if isinstance(m, PytorchActivationQuantizationHolder)} == {6}
+    assert {m.activation_holder_quantizer.num_bits
+            for m in q.modules() if isinstance(m, PytorchActivationQuantizationHolder)} == {6}
     wq = q.pw.weights_quantizers["weight"]
     assert wq.num_bits == 4 and not wq.per_channel
 

@@ -80,9 +80,11 @@ def test_seed_003_framework_info():
         no_quantization_ops = [Reshape]
         f3 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping, {}, {})
         activation_min_max_mapping = {'softmax': (0, 1)}
-        f4 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping, activation_min_max_mapping, {})
+        f4 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping,
+                           activation_min_max_mapping, {})
         layer_min_max_mapping = {Softmax: (0, 1)}
-        f5 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping, activation_min_max_mapping, layer_min_max_mapping)
+        f5 = FrameworkInfo(kernel_ops, activation_ops, no_quantization_ops, kernel_channels_mapping,
+                           activation_min_max_mapping, layer_min_max_mapping)
     """)
     assert scope["f1"].get_kernel_channels(scope["Conv2D"]) == (3, 2)
     assert scope["f2"].is_activation_op(scope["ReLU"]) and scope["f3"].is_no_quantization_op(scope["Reshape"])

@@ -136,7 +136,7 @@ def test_per_channel_needs_consistent_channels_and_an_axis():
     with pytest.raises(ValueError, match="channels"):
         s.update(np.zeros((2, 5, 4), np.float32))
     with pytest.raises(ValueError, match="per_channel=False"):
-        TensorStatistics().update(np.ones(3, np.float32)).channel_mean
+        _ = TensorStatistics().update(np.ones(3, np.float32)).channel_mean
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -169,7 +169,7 @@ def test_empty_statistics_refuse_queries():
     with pytest.raises(ValueError, match="no statistics"):
         s.histogram()
     with pytest.raises(ValueError, match="no statistics"):
-        s.min
+        _ = s.min
 
 
 def test_z_score_range_and_histogram_within():

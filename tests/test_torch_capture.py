@@ -99,7 +99,7 @@ class ShapeBranch(nn.Module):
 def test_torch_export_fallback_keeps_layers():
     model = ShapeBranch().eval()
     x = torch.randn(2, 3, 8, 8)
-    with pytest.raises(Exception):
+    with pytest.raises(torch.fx.proxy.TraceError):
         torch.fx.symbolic_trace(model)
     graph = capture(model, [x])
     modules = {n.module_path: n.type for n in graph if n.kind == NodeKind.MODULE}

@@ -122,7 +122,7 @@ def test_older_api_errors():
         tp.get_default_quantization_config_options()
     model = tp.TargetPlatformModel(get_target_platform_capabilities().default_qco)
     with pytest.raises(InvalidTPCError, match="not built yet"):
-        model.operator_set
+        _ = model.operator_set
     with pytest.raises(ValueError, match="unique"):
         with model:
             tp.OperatorsSet("Conv")

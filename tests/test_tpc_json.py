@@ -114,7 +114,8 @@ def test_random_valid_tpc_round_trips(tpc):
 # ---- fuzzing ----------------------------------------------------------------------------------
 _BASE = tpc_to_dict(get_target_platform_capabilities("5.0"))
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-300, 300) | st.floats(allow_nan=True)
-                           | st.text(max_size=6), lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                           | st.text(max_size=6),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
                            max_leaves=8)
 
 

@@ -115,7 +115,8 @@ def test_edge_mdt_tpc_versions():
     read into hwquant, when written): 1.0_lut and 4.1."""
     lut = get_target_platform_capabilities("1.0", "imx500", extended_version="lut")
     assert lut == get_target_platform_capabilities("1.0_lut") == get_target_platform_capabilities("pytorch", "imx500", "v1_lut")
-    methods = {c.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits: c.attr_weights_configs_mapping[KERNEL_ATTR].weights_quantization_method
+    methods = {c.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits:
+               c.attr_weights_configs_mapping[KERNEL_ATTR].weights_quantization_method
                for c in lut.get_config_options_by_operators_set("Conv").quantization_configurations}
     assert methods == {8: M.SYMMETRIC, 4: M.LUT_SYM_QUANTIZER, 2: M.LUT_SYM_QUANTIZER}
     assert not lut.get_config_options_by_operators_set("BatchNorm").base_config.enable_activation_quantization

@@ -165,7 +165,8 @@ def test_tpc_rules():
 
 def test_tpc_queries():
     tpc = get_target_platform_capabilities("4.0")
-    assert tpc.get_config_options_by_operators_set("Conv").base_config.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits == 8
+    conv = tpc.get_config_options_by_operators_set("Conv")
+    assert conv.base_config.attr_weights_configs_mapping[KERNEL_ATTR].weights_n_bits == 8
     assert tpc.get_config_options_by_operators_set("Softmax") == tpc.default_qco  # absent: defaults
     assert tpc.get_config_options_by_operators_set(OperatorSetNames.RELU) is tpc.get_opset_by_name("ReLU").qc_options
     assert tpc.version == "4.0"

@@ -202,13 +202,15 @@ def apply_manual_bit_widths(graph: Graph, core_config: CoreConfig, adapter: Fram
     bw = core_config.bit_width_config
     for sel in bw.manual_activation_bit_width_selection_list:
         for node in [n for n in graph if sel.filter.match(n)]:
-            _restrict(node, lambda c: c.activation_quantization_cfg.activation_n_bits == sel.bit_width,
+            # _restrict calls the predicate at once, so the loop variables cannot go stale
+            _restrict(node, lambda c: c.activation_quantization_cfg.activation_n_bits == sel.bit_width,  # noqa: B023
                       f"activation bit width {sel.bit_width}")
     for sel in bw.manual_weights_bit_width_selection_list:
         for node in [n for n in graph if sel.filter.match(n)]:
             attr = adapter.kernel_attr(node) if sel.attr == KERNEL_ATTR else sel.attr
-            _restrict(node, lambda c: attr in c.weights_quantization_cfg.attrs
-                      and c.weights_quantization_cfg.attrs[attr].weights_n_bits == sel.bit_width,
+            # _restrict calls the predicate at once, so the loop variables cannot go stale
+            _restrict(node, lambda c: attr in c.weights_quantization_cfg.attrs  # noqa: B023
+                      and c.weights_quantization_cfg.attrs[attr].weights_n_bits == sel.bit_width,  # noqa: B023
                       f"{attr!r} weights bit width {sel.bit_width}")
 
 

@@ -24,7 +24,8 @@ class GraphEditor:
             copy.CopyFrom(n)
             self.nodes.append(copy)
         self._names = {n for node in self.nodes for n in list(node.input) + list(node.output)}
-        self._names |= {node.name for node in self.nodes} | {t.name for t in self.graph.initializer} | {v.name for v in self.graph.input}
+        self._names |= ({node.name for node in self.nodes} | {t.name for t in self.graph.initializer}
+                        | {v.name for v in self.graph.input})
 
     # ---- lookups (recomputed on demand: graphs are small next to their tensors) -------------
     def initializer(self, name: str) -> Optional[onnx.TensorProto]:

@@ -61,7 +61,7 @@ def _activation_bounds(ed: GraphEditor, node: onnx.NodeProto) -> Optional[Tuple[
         return None
     attrs = attrs_of(node)
     lo, hi = attrs.get("min", -np.inf), attrs.get("max", np.inf)  # opset < 11 keeps them as attributes
-    for k, default in ((1, -np.inf), (2, np.inf)):
+    for k, _default in ((1, -np.inf), (2, np.inf)):
         if len(node.input) > k and node.input[k]:
             v = ed.constant(node.input[k])
             if v is None:

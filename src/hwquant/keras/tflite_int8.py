@@ -280,7 +280,7 @@ def layer_parity(model: Any, tflite: bytes, x: Any) -> Dict[str, float]:
         return out
 
     out = {}
-    for holder, sim in zip(holders, whole):
+    for holder, _sim in zip(holders, whole):
         if in_file[holder.name] is None:  # e.g. a convolution's output quantized before a ReLU6 the converter fused into it
             out[holder.name] = float("nan")
             continue

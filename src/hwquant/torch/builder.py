@@ -151,8 +151,9 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
         return name
 
     for node in graph:
-        args = map_input_refs(node.call_args, lambda r: env[node.inputs[r.index]])
-        kwargs = map_input_refs(node.call_kwargs, lambda r: env[node.inputs[r.index]])
+        # map_input_refs calls the function at once, so the loop variable cannot go stale
+        args = map_input_refs(node.call_args, lambda r: env[node.inputs[r.index]])  # noqa: B023
+        kwargs = map_input_refs(node.call_kwargs, lambda r: env[node.inputs[r.index]])  # noqa: B023
         if node.kind == NodeKind.INPUT:
             out = g.placeholder(_attr_name(node.name))
             _guard_sizes(g, out, node)

@@ -125,8 +125,9 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
         log.warning("output_names only name ONNX outputs; ignored for %s", serialization.name)
     if output_names is not None and (isinstance(output_names, str) or not all(isinstance(n, str) for n in output_names)):
         raise ExportError(f"output_names must be a list of strings, got {output_names!r}")
-    if onnx_out and onnx_opset_version is not None and (isinstance(onnx_opset_version, bool) or not isinstance(onnx_opset_version, int)
-                     or onnx_opset_version < MIN_ONNX_OPSET_VERSION):
+    if onnx_out and onnx_opset_version is not None and (isinstance(onnx_opset_version, bool)
+                                                        or not isinstance(onnx_opset_version, int)
+                                                        or onnx_opset_version < MIN_ONNX_OPSET_VERSION):
         raise ExportError(f"onnx_opset_version must be an int >= {MIN_ONNX_OPSET_VERSION} (per-axis "
                           f"QuantizeLinear), got {onnx_opset_version!r}")
     if quantization == QuantizationFormat.INT8:

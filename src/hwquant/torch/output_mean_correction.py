@@ -132,9 +132,9 @@ def correct_output_means(graph: Graph, adapter: Any, float_means: Dict[str, torc
         call, point, axis = calls[name], point_nodes[node.name], channel_axis(node)
         stream.advance_to(call)
 
-        def shift_bias(shift: torch.Tensor) -> None:
-            add_to_bias(node, adapter, shift.numpy())
-            setattr(model, name, build_layer(graph, node, quantizers).to(adapter.device).eval())
+        def shift_bias(shift: torch.Tensor) -> None:  # called within this iteration only: no stale loop variable
+            add_to_bias(node, adapter, shift.numpy())  # noqa: B023
+            setattr(model, name, build_layer(graph, node, quantizers).to(adapter.device).eval())  # noqa: B023
 
         target = float_means[node.name].cpu().double()
         measured = stream.probe(call, point, axis)

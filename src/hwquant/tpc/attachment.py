@@ -74,9 +74,9 @@ class OperationsToLayers:
             raise ValueError(f"operator set '{entry.name}' is attached twice; list all its layers in one "
                              "OperationsSetToLayers")
         plain = {layer for e in self.op_sets_to_layers for layer in e.layers if not isinstance(layer, LayerFilterParams)}
-        clash = [l for l in entry.layers if not isinstance(l, LayerFilterParams) and l in plain]
+        clash = [layer for layer in entry.layers if not isinstance(layer, LayerFilterParams) and layer in plain]
         if clash:
-            raise ValueError(f"layer(s) {[_layer_name(l) for l in clash]} attached to '{entry.name}' already belong to "
+            raise ValueError(f"layer(s) {[_layer_name(layer) for layer in clash]} attached to '{entry.name}' already belong to "
                              "another operator set; use LayerFilterParams to split a layer type by its attributes")
         self.op_sets_to_layers.append(entry)
 
@@ -167,7 +167,7 @@ class FrameworkQuantizationCapabilities:
 
     def fusing_patterns_as_layers(self) -> List[List[List[Any]]]:
         """Each fusing pattern as, per position, the list of layers that may stand there."""
-        return [[[l for n in names for l in self.get_layers_by_opset_name(n)] for names in f.member_names()]
+        return [[[layer for n in names for layer in self.get_layers_by_opset_name(n)] for names in f.member_names()]
                 for f in self.tpc.fusing_patterns or ()]
 
     @property
@@ -178,10 +178,11 @@ class FrameworkQuantizationCapabilities:
         self.tpc.show()
         print("  attached layers:")
         for e in self.op_sets_to_layers:
-            print(f"    {e.name}: {', '.join(_layer_name(l) for l in e.layers)}")
+            print(f"    {e.name}: {', '.join(_layer_name(layer) for layer in e.layers)}")
 
     def __repr__(self) -> str:
-        return f"FrameworkQuantizationCapabilities(tpc={self.tpc.name!r}, name={self.name!r}, sets={len(self.op_sets_to_layers.op_sets_to_layers)})"
+        return (f"FrameworkQuantizationCapabilities(tpc={self.tpc.name!r}, name={self.name!r}, "
+                f"sets={len(self.op_sets_to_layers.op_sets_to_layers)})")
 
 
 def attach_with_table(tpc: Any, table: Dict[str, List[Any]], attr_mapping: Dict[str, Dict[str, str]],

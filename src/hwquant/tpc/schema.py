@@ -206,7 +206,8 @@ class QuantizationConfigOptions(_Frozen):
             return cfg.clone_and_edit(attr_to_edit={a: kwargs for a in names})
         return self._map(edit)
 
-    def clone_and_map_weights_attr_keys(self, layer_attrs_mapping: Optional[Dict[str, str]] = None) -> "QuantizationConfigOptions":
+    def clone_and_map_weights_attr_keys(self,
+                                        layer_attrs_mapping: Optional[Dict[str, str]] = None) -> "QuantizationConfigOptions":
         """Rename weight attributes (e.g. the neutral KERNEL_ATTR to a framework's 'weight')."""
         mapping = layer_attrs_mapping or {}
         return self._map(lambda cfg: cfg.clone_and_edit(attr_weights_configs_mapping={

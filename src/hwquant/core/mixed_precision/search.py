@@ -64,8 +64,8 @@ class _Program:
         n = n or self.n
         A = [np.pad(r, (0, n - len(r))) for r in self.A]
         lo, hi = list(self.lo), list(self.hi)
-        for coeffs, l, h in extra:
-            A.append(_dense(coeffs, n)), lo.append(l), hi.append(h)
+        for coeffs, low, high in extra:
+            A.append(_dense(coeffs, n)), lo.append(low), hi.append(high)
         integrality = np.zeros(n)
         integrality[:len(self.vars)] = 1
         upper = np.ones(n)

@@ -79,7 +79,8 @@ def get_tpc(version: str = "1.0") -> TargetPlatformCapabilities:
     return TargetPlatformCapabilities(
         default_qco=default_qco, operator_set=tuple(operator_set), fusing_patterns=patterns,
         tpc_minor_version=major, tpc_patch_version=minor, tpc_platform_type=IMX500_TPC,
-        add_metadata=major >= 4 or extension == "lut", name="imx500_lut_tpc" if extension == "lut" else "imx500_tpc", is_simd_padding=True)
+        add_metadata=major >= 4 or extension == "lut", name="imx500_lut_tpc" if extension == "lut" else "imx500_tpc",
+        is_simd_padding=True)
 
 
 def _operator_sets_v4_plus(major, minor, default, no_quant, mixed_qco) -> list:
