@@ -64,15 +64,11 @@ def input_grid(graph: Graph, node: Node, moves_values: Callable[[Node], bool]) -
 def accumulator_bias(bias, input_scale, weight_scale):
     """(integer bias, its scale ``float32(s_x * s_w)``), or None when the integers overflow int32.
 
-    numpy or torch alike (the integers come back as float64 values, exact)."""
-    torch = quant_math._torch_for(bias)
-    if torch is not None:
-        scale = (input_scale.to(torch.float32) * weight_scale.to(torch.float32)).to(bias.device)
-        scale = scale.expand(bias.shape) if scale.numel() == 1 else scale
-        q = torch.round(bias.to(torch.float64) / scale.to(torch.float64))
-        ok = bool(torch.isfinite(q).all()) and q.numel() > 0 and q.min() >= INT32_MIN and q.max() <= INT32_MAX
-        return (q, scale) if ok else None
-    scale = np.broadcast_to(np.float32(input_scale) * np.asarray(weight_scale, np.float32), np.shape(bias)).copy()
-    q = np.round(np.asarray(bias, np.float64) / scale.astype(np.float64))
-    ok = np.isfinite(q).all() and q.size > 0 and q.min() >= INT32_MIN and q.max() <= INT32_MAX
+    In the arrays' own library (numpy, torch...); the integers come back as float64 values, exact."""
+    namespace = quant_math.namespace_of(bias)
+    as32 = [namespace.astype(namespace.param(v, bias), "float32") for v in (input_scale, weight_scale)]
+    scale = namespace.broadcast_to(as32[0] * as32[1], tuple(bias.shape))
+    q = quant_math.integers_on_grid(namespace.astype(bias, "float64"), namespace.astype(scale, "float64"))
+    values = quant_math._to_numpy(q)
+    ok = bool(np.isfinite(values).all()) and values.size > 0 and values.min() >= INT32_MIN and values.max() <= INT32_MAX
     return (q, scale) if ok else None

@@ -4,16 +4,19 @@ rounds and clips through this module, so that simulation and the exported intege
 A quantizer is described by a grid: an :class:`AffineGrid` (power-of-two, symmetric and uniform
 quantizers all reduce to ``q = clip(round(x / scale) + zero_point, qmin, qmax)``) or a
 :class:`LutGrid` (non-uniform lookup table). Grids keep their parameters as python floats or numpy
-arrays; the functions applying them take numpy arrays or torch tensors and return the input's
-type, device and dtype. Rounding is half-to-even (``np.round`` / ``torch.round``) as in ONNX
-QuantizeLinear. torch is never imported here (it is used only when the caller passes a tensor),
-so ``hwquant.core`` stays importable without it.
+arrays (a trainable quantizer may put its framework's tensors there). The functions applying them take
+any registered array type and return the input's type, device and dtype: numpy is built in; each
+framework registers an :class:`ArrayNamespace` when its package loads (hwquant/torch/array_namespace.py,
+hwquant/keras/array_namespace.py), so this module never imports a framework and ``hwquant.core`` stays
+importable without one. Rounding is half-to-even (as ONNX QuantizeLinear) in every namespace.
+
+The straight-through / LSQ gradients of fake quantization are written here too
+(:func:`affine_fake_quantize_gradients`); a framework only wraps them in its autograd mechanism.
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, fields
-from typing import Any, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -33,53 +36,123 @@ from hwquant.constants import (
 LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"
 
 
-# ----------------------------------------------------------------------------- backend helpers
-def _torch_for(x):
-    """The torch module if ``x`` is a torch tensor, else None (never imports torch itself)."""
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and isinstance(x, torch.Tensor) else None
+# ----------------------------------------------------------------------------- array namespaces
+class ArrayNamespace:
+    """The operations this module applies, for one array library (this base class: numpy)."""
+    name = "numpy"
+    module: Any = np  # the library's own functions, for the lookup-table search (numpy and torch only)
+
+    def owns(self, x) -> bool:
+        return isinstance(x, (np.ndarray, np.generic))
+
+    def to_numpy(self, v) -> np.ndarray:
+        return np.asarray(v)
+
+    def prepare(self, x):
+        """(x as a float of >= 32 bits, the dtype to return)."""
+        x = np.asarray(x)
+        x = x if x.dtype.kind == "f" else x.astype(np.float64)
+        return (x.astype(np.float32) if x.dtype.itemsize < 4 else x), x.dtype
+
+    def cast(self, y, dtype):
+        return np.asarray(y).astype(dtype, copy=False)
+
+    def param(self, value, like):
+        """A grid parameter in ``like``'s library, device and dtype (a parameter of the library's own
+        type keeps its gradient)."""
+        return _to_numpy(value).astype(like.dtype, copy=False)
+
+    def reshape(self, p, shape):
+        return p.reshape(shape)
+
+    def round(self, x):
+        return np.round(x)
+
+    def floor(self, x):
+        return np.floor(x)
+
+    def clip(self, x, lo, hi):
+        return np.clip(x, lo, hi)
+
+    def where(self, condition, a, b):
+        return np.where(condition, a, b)
+
+    def zeros_like(self, x):
+        return np.zeros_like(x)
+
+    def astype(self, x, dtype: str):
+        """``x`` as the float type named ``dtype`` ("float32", "float64")."""
+        return np.asarray(x).astype(dtype)
+
+    def broadcast_to(self, x, shape):
+        return np.broadcast_to(x, shape).copy()
+
+    def sum_to(self, t, like, axis: Optional[int]):
+        """A gradient of x's shape summed down to a per-tensor / per-channel parameter's shape."""
+        like = np.asarray(like)
+        if like.size == 1 or axis is None:
+            return np.asarray(t.sum()).reshape(like.shape)
+        return t.sum(axis=tuple(d for d in range(t.ndim) if d != axis % t.ndim)).reshape(like.shape)
+
+    def power_of_two_ceil(self, t, min_threshold: float):
+        """``2**ceil(log2(max(t, min_threshold)))`` of a tensor threshold, exactly."""
+        raise NotImplementedError
+
+
+_NUMPY = ArrayNamespace()
+_REGISTERED: List[ArrayNamespace] = []
+# where an array type that no registered namespace owns comes from -> the package that registers it
+_REGISTERING_PACKAGE = {"torch": "hwquant.torch", "keras": "hwquant.keras", "tensorflow": "hwquant.keras",
+                        "jax": "hwquant.keras", "jaxlib": "hwquant.keras"}
+
+
+def register_namespace(namespace: ArrayNamespace) -> None:
+    """Make this module apply grids to ``namespace``'s arrays (a framework package calls it once)."""
+    if not any(type(n) is type(namespace) for n in _REGISTERED):
+        _REGISTERED.append(namespace)
+
+
+def namespace_of(x) -> ArrayNamespace:
+    """The namespace of ``x``: the first registered one that owns it, else numpy (python numbers and
+    sequences too); an array of a framework whose package has not registered is an error."""
+    for namespace in _REGISTERED:
+        if namespace.owns(x):
+            return namespace
+    library = type(x).__module__.split(".")[0]
+    if library in _REGISTERING_PACKAGE:
+        raise TypeError(f"quant_math was given a {type(x).__name__} ({library}) but no namespace for it is "
+                        f"registered: import {_REGISTERING_PACKAGE[library]} first")
+    return _NUMPY
 
 
 def _to_numpy(v) -> np.ndarray:
-    """Parameters to numpy, so grids are backend-neutral (a torch tensor is detached and copied)."""
-    return v.detach().cpu().numpy() if _torch_for(v) is not None else np.asarray(v)
+    """Parameters to numpy, so grids are backend-neutral (a tensor is detached and copied)."""
+    return namespace_of(v).to_numpy(v)
 
 
 def _prepare(x):
-    """(xp, x as a float of >= 32 bits, dtype to return): half types are computed in float32 so
+    """(namespace, x as a float of >= 32 bits, dtype to return): half types are computed in float32 so
     that every integer up to 2**16 stays exact; non-float inputs become the default float."""
-    torch = _torch_for(x)
-    if torch is not None:
-        x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
-        return torch, (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x), x.dtype
-    x = np.asarray(x)
-    x = x if x.dtype.kind == "f" else x.astype(np.float64)
-    return np, (x.astype(np.float32) if x.dtype.itemsize < 4 else x), x.dtype
-
-
-def _cast(y, dtype):
-    return y.to(dtype) if _torch_for(y) is not None else np.asarray(y).astype(dtype, copy=False)
+    namespace = namespace_of(x)
+    x, dtype = namespace.prepare(x)
+    return namespace, x, dtype
 
 
 def per_channel_view(param, x, axis: Optional[int] = None):
-    """``param`` in ``x``'s backend/device/dtype, shaped to broadcast against ``x`` along ``axis``:
+    """``param`` in ``x``'s library/device/dtype, shaped to broadcast against ``x`` along ``axis``:
     a scalar stays 0-d, a 1-D array of length C (or 1) becomes shape ``[1, .., C, .., 1]``.
-    Torch parameters are moved with ``.to`` so gradients reach them."""
-    torch = _torch_for(x)
-    if torch is not None:
-        p = (param.to(device=x.device, dtype=x.dtype) if isinstance(param, torch.Tensor)
-             else torch.as_tensor(np.asarray(param), dtype=x.dtype, device=x.device))
-    else:
-        p = _to_numpy(param).astype(x.dtype, copy=False)
-    if axis is None or p.ndim == 0:
+    A parameter of x's own library keeps its gradient."""
+    namespace = namespace_of(x)
+    p = namespace.param(param, x)
+    if axis is None or len(p.shape) == 0:
         return p
-    nd = x.ndim
+    nd = len(x.shape)
     if not -nd <= axis < nd:
         raise ValueError(f"axis must be in [{-nd}, {nd - 1}] for an input of {nd} dims, got {axis}")
-    if p.ndim != 1 or p.shape[0] not in (1, x.shape[axis]):
+    if len(p.shape) != 1 or p.shape[0] not in (1, x.shape[axis]):
         raise ValueError(f"per-channel parameter of shape {tuple(p.shape)} does not match the "
                          f"{x.shape[axis]} channels of x along axis {axis}")
-    return p.reshape([-1 if d == axis % nd else 1 for d in range(nd)])
+    return namespace.reshape(p, [-1 if d == axis % nd else 1 for d in range(nd)])
 
 
 # ----------------------------------------------------------------------------- validation
@@ -184,13 +257,9 @@ def power_of_two_threshold(threshold, min_threshold: float = MIN_THRESHOLD):
     exactly from the binary exponent (frexp): a float log2 misses values a hair above 2**k."""
     if not (np.isfinite(min_threshold) and min_threshold > 0):
         raise ValueError(f"min_threshold must be finite and > 0, got {min_threshold!r}")
-    torch = _torch_for(threshold)
-    if torch is not None:
-        t = threshold if threshold.is_floating_point() else threshold.to(torch.get_default_dtype())
-        if (~torch.isfinite(t) | (t <= 0)).any():
-            raise ValueError(f"threshold must be finite and > 0, got {t.detach().cpu().tolist()!r}")
-        m, e = torch.frexp(t.detach().clamp_min(min_threshold))
-        return torch.ldexp(torch.ones_like(t), e - (m == 0.5).to(e.dtype))
+    namespace = namespace_of(threshold)
+    if namespace is not _NUMPY:
+        return namespace.power_of_two_ceil(threshold, min_threshold)
     a = _check_param(threshold, "threshold", None if np.ndim(threshold) == 0 else 0, positive=True)
     m, e = np.frexp(np.maximum(a, min_threshold))
     r = np.ldexp(1.0, e - (m == 0.5))
@@ -257,26 +326,30 @@ def grid_units(x, grid: AffineGrid):
     return x / scale
 
 
+def _zero_point_is_zero(grid: AffineGrid) -> bool:
+    zp = grid.zero_point
+    return isinstance(zp, (int, float, np.ndarray, np.generic)) and not np.any(zp)
+
+
 def unclipped_integers(x, grid: AffineGrid):
     """``round(x / scale) + zero_point`` before clipping (trainable quantizers read which values
     fall outside [qmin, qmax] from it), in x's float dtype (float32 for half inputs)."""
-    xp = _torch_for(x) or np
-    _, zp = _affine_params(grid, x)
-    return xp.round(grid_units(x, grid)) + zp
+    namespace = namespace_of(x)
+    units = namespace.round(grid_units(x, grid))
+    return units if _zero_point_is_zero(grid) else units + _affine_params(grid, units)[1]
 
 
 def quantize(x, grid: AffineGrid):
     """Integers ``clip(round(x / scale) + zero_point, qmin, qmax)`` in x's float dtype (float32 for
     half inputs, so every integer up to 2**16 is exact)."""
-    xp = _torch_for(x) or np
-    return xp.clip(unclipped_integers(x, grid), grid.qmin, grid.qmax)
+    return namespace_of(x).clip(unclipped_integers(x, grid), grid.qmin, grid.qmax)
 
 
 def dequantize(q, grid: AffineGrid):
     """Real values ``(q - zero_point) * scale``."""
-    _, q, out = _prepare(q)
+    namespace, q, out = _prepare(q)
     scale, zp = _affine_params(grid, q)
-    return _cast((q - zp) * scale, out)
+    return namespace.cast(q * scale if _zero_point_is_zero(grid) else (q - zp) * scale, out)
 
 
 def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
@@ -284,8 +357,80 @@ def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
     for every |k| <= 2**16. A LutGrid is handed to :func:`lut_fake_quantize`."""
     if isinstance(grid, LutGrid):
         return lut_fake_quantize(x, grid)
-    _, x, out = _prepare(x)
-    return _cast(dequantize(quantize(x, grid), grid), out)
+    namespace, x, out = _prepare(x)
+    return namespace.cast(dequantize(quantize(x, grid), grid), out)
+
+
+def fake_quantize_with_bounds(x, scale, zero_point, qmin, qmax):
+    """Per-tensor fake quantization whose integer bounds may themselves be tensors (a grid chosen at run
+    time: the mixed-precision measurement swaps candidates of different widths into one layer)."""
+    namespace, x, out = _prepare(x)
+    scale, zero_point = namespace.param(scale, x), namespace.param(zero_point, x)
+    q = namespace.clip(namespace.round(x / scale) + zero_point, qmin, qmax)
+    return namespace.cast((q - zero_point) * scale, out)
+
+
+def round_to_integers(x):
+    """Half-to-even rounding in x's library (a learned zero point onto the integers)."""
+    return namespace_of(x).round(x)
+
+
+def rounding_remainders(x, grid: AffineGrid):
+    """Where each value lies between its two grid neighbours: the fractional part of ``x / scale``, x
+    clipped to the grid's range first (GPTQ's soft rounding starts from it)."""
+    namespace = namespace_of(x)
+    _, zp = _affine_params(grid, x)
+    units = namespace.clip(grid_units(x, grid), grid.qmin - zp, grid.qmax - zp)
+    return units - namespace.floor(units)
+
+
+def soft_rounded(x, grid: AffineGrid, up):
+    """``dequantize(clip(floor(x / scale) + up + zero_point, qmin, qmax))``: x rounded down, plus ``up``
+    (in [0, 1]: AdaRound's learned h(v); 0 or 1 once rounding is hard)."""
+    namespace = namespace_of(x)
+    _, zp = _affine_params(grid, x)
+    q = namespace.clip(namespace.floor(grid_units(x, grid)) + up + zp, grid.qmin, grid.qmax)
+    return dequantize(q, grid)
+
+
+def integers_on_grid(x, scale):
+    """``round(x / scale)``: the integers of values that lie on a grid of step ``scale`` (exact for them),
+    or of a bias brought onto an accumulator's grid."""
+    namespace = namespace_of(x)
+    return namespace.round(x / namespace.param(scale, x))
+
+
+def affine_fake_quantize_forward(x, grid: AffineGrid):
+    """(fake-quantized x, mask of the elements inside [qmin, qmax]): the forward pass of a trainable
+    quantizer, with what its backward pass needs."""
+    namespace = namespace_of(x)
+    r = unclipped_integers(x, grid)
+    q = namespace.clip(r, grid.qmin, grid.qmax)
+    return dequantize(q, grid), q == r
+
+
+def affine_fake_quantize_gradients(g, x, y, inside, scale, zero_point, axis: Optional[int], learn_rounding: bool,
+                                   scale_grad_factor: float, want_scale: bool, want_zero_point: bool):
+    """The backward pass of ``y = (clip(round(x / s) + z, qmin, qmax) - z) * s``, with ``r = round(x / s) + z``:
+
+        dy/dx = 1 where qmin <= r <= qmax, else 0                      (straight-through rounding)
+        dy/ds = round(x / s) - x / s inside (LSQ) or 0 inside (STE);  qmin - z below;  qmax - z above
+        dy/dz = 0 inside;  -s outside
+
+    written with ``y = (q - z) s`` so that every term is a sum over x's elements:
+    ``dL/ds = sum(g (y - inside x)) / s`` (LSQ), ``sum(g outside y) / s`` (STE); ``dL/dz = -s sum(g outside)``.
+    The scale's gradient is multiplied by ``scale_grad_factor`` (LSQ's 1 / sqrt(N * Q_max)). ``scale`` and
+    ``zero_point`` are the parameters as learned (their shapes are the gradients'), without gradient.
+    Returns (dL/dx, dL/ds or None, dL/dz or None)."""
+    namespace = namespace_of(g)
+    gx = namespace.where(inside, g, namespace.zeros_like(g))
+    gs = gz = None
+    if want_scale:
+        moved = g * y - gx * x if learn_rounding else (g - gx) * y
+        gs = namespace.sum_to(moved, scale, axis) / scale * scale_grad_factor
+    if want_zero_point:
+        gz = -scale * namespace.sum_to(g - gx, zero_point, axis)
+    return gx, gs, gz
 
 
 def grid_values(grid: AffineGrid, dtype=np.float64) -> np.ndarray:
@@ -343,7 +488,8 @@ def lut_grid(lut_values, threshold, lut_values_bitwidth: int = LUT_VALUES_BITWID
 def lut_quantize(x, grid: LutGrid):
     """Index (int64) of the table entry nearest to ``clip(x / t * multiplier)``, the smaller index on
     a tie (exactly ``argmin |xs - lut|``), by a sorted search rather than an (N, K) distance table."""
-    xp, x, _ = _prepare(x)
+    namespace, x, _ = _prepare(x)
+    xp = namespace.module
     lo, hi = grid.int_range
     xs = xp.clip(x / per_channel_view(grid.threshold, x, grid.axis) * grid.multiplier, lo, hi)
     values, first = np.unique(grid.lut_values, return_index=True)  # sorted distinct values, first index
@@ -358,8 +504,9 @@ def lut_quantize(x, grid: LutGrid):
 
 def lut_dequantize(idx, grid: LutGrid, dtype=None):
     """``lut_values[idx] * t / multiplier``, as float64 (numpy) / torch's default dtype or ``dtype``."""
-    torch = _torch_for(idx)
-    if torch is not None:
+    namespace = namespace_of(idx)
+    if namespace is not _NUMPY:
+        torch = namespace.module
         dtype = torch.get_default_dtype() if dtype is None else dtype
         chosen = torch.as_tensor(grid.lut_values, device=idx.device)[idx].to(dtype)
     else:
@@ -369,8 +516,8 @@ def lut_dequantize(idx, grid: LutGrid, dtype=None):
 
 def lut_fake_quantize(x, grid: LutGrid):
     """``lut_dequantize(lut_quantize(x))`` in x's dtype; idempotent (entries are distinct integers)."""
-    _, xc, out = _prepare(x)
-    return _cast(lut_dequantize(lut_quantize(xc, grid), grid, dtype=xc.dtype), out)
+    namespace, xc, out = _prepare(x)
+    return namespace.cast(lut_dequantize(lut_quantize(xc, grid), grid, dtype=xc.dtype), out)
 
 
 # ----------------------------------------------------------------------------- dispatch

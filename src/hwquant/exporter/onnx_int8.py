@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 import numpy as np
 import onnx
 
+from hwquant.core import quant_math
 from hwquant.core.integer_accumulation import accumulator_bias
 from hwquant.exporter.onnx_graph import GraphEditor, attrs_of
 
@@ -45,7 +46,7 @@ def _bound_index(value: float, scale: float, zp: np.ndarray) -> Optional[float]:
     info = np.iinfo(zp.dtype)
     if not np.isfinite(value):
         return value
-    k = np.round(np.float32(value) / np.float32(scale))
+    k = quant_math.integers_on_grid(np.float32(value), np.float32(scale))
     q = k + float(zp)
     if q <= info.min:
         return -np.inf

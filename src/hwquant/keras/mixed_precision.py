@@ -49,8 +49,7 @@ class _SwappableActivation(keras.layers.Layer):
 
     def call(self, x):
         enabled, scale, zero_point, qmin, qmax = (self.grid[i] for i in range(5))
-        q = ops.clip(ops.add(ops.round(ops.divide(x, scale)), zero_point), qmin, qmax)
-        return ops.where(enabled > 0, ops.multiply(ops.subtract(q, zero_point), scale), x)
+        return ops.where(enabled > 0, quant_math.fake_quantize_with_bounds(x, scale, zero_point, qmin, qmax), x)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -56,18 +56,7 @@ class KerasInferableQuantizer:
             if self.target != "weights":
                 raise NotImplementedError("lookup-table activation quantizers are not available in Keras")
             return ops.convert_to_tensor(quant_math.fake_quantize(np.asarray(ops.convert_to_numpy(x)), self.grid))
-        g = self.grid
-        scale, zero_point = np.asarray(g.scale, np.float32), np.asarray(g.zero_point, np.float32)
-        if self.per_channel:
-            shape = [1] * len(x.shape)
-            shape[self.channel_axis] = -1
-            scale, zero_point = scale.reshape(shape), zero_point.reshape(shape)
-        if not np.any(zero_point):  # symmetric / power-of-two grids: two operations fewer
-            scale = ops.convert_to_tensor(scale)
-            return ops.multiply(ops.clip(ops.round(ops.divide(x, scale)), float(g.qmin), float(g.qmax)), scale)
-        scale, zero_point = ops.convert_to_tensor(scale), ops.convert_to_tensor(zero_point)
-        q = ops.clip(ops.add(ops.round(ops.divide(x, scale)), zero_point), float(g.qmin), float(g.qmax))
-        return ops.multiply(ops.subtract(q, zero_point), scale)
+        return quant_math.fake_quantize(x, self.grid)
 
     def get_config(self) -> Dict[str, Any]:
         return {"method": int(self.method), "num_bits": self.num_bits, "params": self.params,

@@ -252,7 +252,7 @@ class PytorchQuantizationWrapper(_MctqWrapper):
         w_grid = _grid_on(wq, x.device)
         w_int, w_quantized = self._integer_weights(wq, w_grid)
         self.set_quantize_weights({"weight": w_quantized})  # what a call leaves in the layer, as on the float path
-        x_int = torch.round(x.float() / input_scale)  # x = (q - zp) * s exactly: this is q - zp
+        x_int = quant_math.integers_on_grid(x.float(), input_scale)  # x = (q - zp) * s exactly: this is q - zp
         acc = _accumulate(kernel, x_int, w_int)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
         scale = input_scale.float() * w_scale.float()

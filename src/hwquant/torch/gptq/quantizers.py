@@ -64,12 +64,6 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
             raise InvalidConfigError(f"{type(self).__name__}: rounding variables of shape {tuple(self.auxvar.shape)} "
                                      f"for weights of shape {tuple(w.shape)}: call init_rounding(weights) first")
 
-    @staticmethod
-    def _units(w: torch.Tensor, grid: quant_math.AffineGrid) -> torch.Tensor:
-        """The fixed weights in grid steps (no gradient: the float kernel does not train)."""
-        return quant_math.grid_units(w.detach(), quant_math.AffineGrid(
-            grid.scale.detach(), grid.zero_point.detach(), grid.qmin, grid.qmax, grid.axis))
-
     def quantization_parameters(self) -> List[nn.Parameter]:
         return [p for p in self.parameters() if p is not self.auxvar]
 
@@ -93,10 +87,7 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
 class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
 
     def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
-        grid = self.grid()
-        z = quant_math.per_channel_view(grid.zero_point.detach(), w, grid.axis)
-        units = self._units(w, grid).clamp(grid.qmin - z, grid.qmax - z)
-        rest = units - torch.floor(units)  # in [0, 1): sigmoid(v) (zeta - gamma) + gamma = rest
+        rest = quant_math.rounding_remainders(w, self.grid())  # in [0, 1): sigmoid(v) (zeta - gamma) + gamma = rest
         return -torch.log((SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA) / (rest - SOFT_ROUNDING_GAMMA) - 1)
 
     def soft_targets(self) -> torch.Tensor:
@@ -110,9 +101,7 @@ class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
         h = self.soft_targets()
         if not self.training:
             h = (h >= 0.5).to(h.dtype)
-        z = quant_math.per_channel_view(grid.zero_point, w, grid.axis)
-        q = (torch.floor(self._units(w, grid)) + h + z).clamp(grid.qmin, grid.qmax)
-        return quant_math.dequantize(q, grid)
+        return quant_math.soft_rounded(w, grid, h)
 
     def rounding_regularization(self, beta: float) -> torch.Tensor:
         # sum of 1 - |2h - 1|^beta: 0 once every h is 0 or 1; a high beta (early) only bites near 0.5

@@ -89,7 +89,7 @@ class _UniformQuantizer(_TrainableAffineQuantizer):
         levels = 2 ** self.num_bits - 1
         scale = self.scale.clamp_min(MIN_THRESHOLD / levels)
         z = self.zero_point.clamp(0, levels)  # no gradient where it clamps
-        return quant_math.AffineGrid(scale, straight_through(z, torch.round(z)), 0, levels, self.channel_axis)
+        return quant_math.AffineGrid(scale, straight_through(z, quant_math.round_to_integers(z)), 0, levels, self.channel_axis)
 
     def inferable_params(self) -> Dict[str, Any]:
         # The exact range of the grid the forward pass used: (q - z) * s at q = 0 and q = 2**n - 1,

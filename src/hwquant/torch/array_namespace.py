@@ -1,0 +1,71 @@
+"""torch's operations for core/quant_math.py (registered when hwquant.torch loads)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from hwquant.core import quant_math
+
+
+class TorchNamespace(quant_math.ArrayNamespace):
+    name = "torch"
+    module = torch
+
+    def owns(self, x) -> bool:
+        return isinstance(x, torch.Tensor)
+
+    def to_numpy(self, v) -> np.ndarray:
+        return v.detach().cpu().numpy()
+
+    def prepare(self, x):
+        x = x if x.is_floating_point() else x.to(torch.get_default_dtype())
+        return (x.float() if x.dtype in (torch.float16, torch.bfloat16) else x), x.dtype
+
+    def cast(self, y, dtype):
+        return y.to(dtype)
+
+    def param(self, value, like):
+        if isinstance(value, torch.Tensor):  # moved with .to, so that gradients reach it
+            return value.to(device=like.device, dtype=like.dtype)
+        return torch.as_tensor(np.asarray(quant_math._to_numpy(value)), dtype=like.dtype, device=like.device)
+
+    def reshape(self, p, shape):
+        return p.reshape(shape)
+
+    def round(self, x):
+        return torch.round(x)
+
+    def floor(self, x):
+        return torch.floor(x)
+
+    def clip(self, x, lo, hi):
+        return torch.clamp(x, lo, hi)
+
+    def where(self, condition, a, b):
+        return torch.where(condition, a, b)
+
+    def zeros_like(self, x):
+        return torch.zeros_like(x)
+
+    def astype(self, x, dtype: str):
+        return x.to(getattr(torch, dtype))
+
+    def broadcast_to(self, x, shape):
+        return x.expand(shape)
+
+    def sum_to(self, t, like, axis: Optional[int]):
+        if like.numel() == 1 or axis is None:
+            return t.sum().reshape(like.shape)
+        return t.sum(dim=[d for d in range(t.dim()) if d != axis % t.dim()]).reshape(like.shape)
+
+    def power_of_two_ceil(self, t, min_threshold: float):
+        t = t if t.is_floating_point() else t.to(torch.get_default_dtype())
+        if (~torch.isfinite(t) | (t <= 0)).any():
+            raise ValueError(f"threshold must be finite and > 0, got {t.detach().cpu().tolist()!r}")
+        m, e = torch.frexp(t.detach().clamp_min(min_threshold))
+        return torch.ldexp(torch.ones_like(t), e - (m == 0.5).to(e.dtype))
+
+
+quant_math.register_namespace(TorchNamespace())
