@@ -11,7 +11,7 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from enum import Enum, auto
-from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set, Tuple, Union
+from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set, Tuple, Union, cast
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, field_validator, model_validator
 
@@ -84,7 +84,7 @@ class ValidatedConfig(BaseModel):
         # The field table of a plain dataclass with the same field names (built by the dataclasses
         # module itself, so its Field objects are complete).
         shadow = dataclasses.make_dataclass(cls.__name__, [(n, Any, field(default=None)) for n in cls.model_fields])
-        cls.__dataclass_fields__ = shadow.__dataclass_fields__
+        cast(Any, cls).__dataclass_fields__ = cast(Any, shadow).__dataclass_fields__
 
     def __init__(self, *args: Any, **kwargs: Any):
         cls = type(self)
@@ -431,7 +431,7 @@ def _check_bit_width(bit_width: Any, what: str = "bit_width") -> int:
     # (enable_*_quantization=False), not a bit width, and a manual width must match a TPC candidate.
     if not isinstance(bit_width, numbers.Integral) or isinstance(bit_width, bool):
         raise ValueError(f"{what} must be an int from {MIN_N_BITS} to {MAX_N_BITS}, got {bit_width!r}")
-    if not MIN_N_BITS <= bit_width <= MAX_N_BITS:
+    if not MIN_N_BITS <= int(bit_width) <= MAX_N_BITS:
         raise ValueError(f"{what} must be from {MIN_N_BITS} to {MAX_N_BITS}, got {bit_width!r} (to keep a layer "
                          f"in float, use a network-editor rule with enable_*_quantization=False)")
     return int(bit_width)
@@ -460,7 +460,7 @@ class ManualBitWidthSelection:
 class ManualWeightsBitWidthSelection(ManualBitWidthSelection):
     """Weights bit width forced on one attribute (name, or index of a positional weight) of the matched nodes."""
 
-    attr: Union[str, int] = None
+    attr: Union[str, int] = None  # type: ignore[assignment]  # required: None only reaches __post_init__'s error
 
     def __post_init__(self):
         super().__post_init__()
@@ -543,10 +543,11 @@ class CoreConfig(ValidatedConfig):
 
     model_config = ConfigDict(validate_default=True)  # so the None defaults become default configs
 
-    quantization_config: QuantizationConfig = None
-    mixed_precision_config: MixedPrecisionQuantizationConfig = None
-    bit_width_config: BitWidthConfig = None
-    debug_config: DebugConfig = None
+    # None (the default) becomes the default config in _default_when_none: the fields are never None
+    quantization_config: QuantizationConfig = None  # type: ignore[assignment]
+    mixed_precision_config: MixedPrecisionQuantizationConfig = None  # type: ignore[assignment]
+    bit_width_config: BitWidthConfig = None  # type: ignore[assignment]
+    debug_config: DebugConfig = None  # type: ignore[assignment]
 
     _mp_given: bool = PrivateAttr(default=False)
     _defaults: ClassVar[Dict[str, type]] = {

@@ -9,7 +9,7 @@ values. Framework-free: the adapter names the function (`ActivationInfo`), numpy
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -27,7 +27,7 @@ def _gelu(x):  # tanh form: within 1e-3 of the erf form, ample for comparing thr
 
 
 # Functions without a pole on the real line (log / reciprocal would score 0 as infinitely wrong).
-_MAPS = {
+_MAPS: Dict[str, ValueMap] = {
     "relu": lambda x: np.maximum(x, 0.0),
     "sqrt": lambda x: np.sqrt(np.maximum(x, 0.0)),
     "exp": lambda x: np.exp(np.minimum(x, 80.0)),

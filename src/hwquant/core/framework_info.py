@@ -128,6 +128,7 @@ class FrameworkInfo:
     def __init__(self, *args: Any, **kwargs: Any):
         # A mapping first is MCT 2.6's form; exactly six positional layer lists / mappings is the seed's;
         # anything else binds positionally in MCT's eight-argument order.
+        names: Tuple[str, ...]
         if args and isinstance(args[0], dict):
             names = _MAPPING_FIELDS
         else:

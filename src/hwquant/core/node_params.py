@@ -81,7 +81,9 @@ def set_bias(node: Node, adapter: FrameworkAdapter, bias: np.ndarray) -> None:
     if bias_attr in node.weights:
         node.set_weight(bias_attr, np.asarray(bias).astype(node.weights[bias_attr].dtype))
     else:
-        kernel = node.weights[adapter.kernel_attr(node)]
+        kernel_attr = adapter.kernel_attr(node)
+        assert kernel_attr is not None  # a linear layer (the only kind with a bias to set) has a kernel
+        kernel = node.weights[kernel_attr]
         adapter.set_linear_layer(node, kernel, np.asarray(bias).astype(kernel.dtype))
     bias_cfg = node.final_config.weights_quantization_cfg.attrs.get(bias_attr)
     if bias_cfg is not None and bias_cfg.enable_weights_quantization:
@@ -93,12 +95,14 @@ def restore_biases(graph: Graph, adapter: FrameworkAdapter, biases: Dict[str, Op
     if it has got one since (the same function)."""
     for name, bias in biases.items():
         node = graph.node(name)
-        current = node.weights.get(adapter.bias_attr(node))
+        bias_attr = adapter.bias_attr(node)
+        current = None if bias_attr is None else node.weights.get(bias_attr)
         if bias is not None or current is not None:
             set_bias(node, adapter, bias if bias is not None else np.zeros_like(current))
 
 
 def add_to_bias(node: Node, adapter: FrameworkAdapter, shift: np.ndarray) -> None:
     """Shift a linear layer's bias by ``shift`` (a layer without one gets ``shift``): see set_bias."""
-    bias = node.weights.get(adapter.bias_attr(node))
+    bias_attr = adapter.bias_attr(node)
+    bias = None if bias_attr is None else node.weights.get(bias_attr)
     set_bias(node, adapter, shift if bias is None else bias + shift)

@@ -67,6 +67,7 @@ from hwquant.core.arrays import as_float_array
 from hwquant.core.config import QuantizationErrorMethod
 from hwquant.core.quant_math import (
     LUT_VALUES_BITWIDTH_KEY,
+    AffineGrid,
     fake_quantize,
     fix_range_to_include_zero,
     grid_range,
@@ -111,7 +112,7 @@ FEW_WEIGHTS_PER_CHANNEL = 64
 _CHUNK = 1 << 18  # values (rows x candidates x columns) fake-quantized at once (fits L2)
 _WEIGHT_KL_BINS = (64, 2048)  # per-channel histogram bins for weights KL: clip(K // 4, 64, 2048)
 
-ParamsFn = Callable[..., object]  # flat 1-D candidate params -> quant_math grid (axis=0)
+ParamsFn = Callable[..., AffineGrid]  # flat 1-D candidate params -> quant_math grid (axis=0)
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -175,6 +176,7 @@ def _lp_errors(x: np.ndarray, w: Optional[np.ndarray], params: Sequence[np.ndarr
             if value_map is None:
                 d -= xb
             else:
+                assert fx is not None  # computed above whenever value_map is given
                 d = (value_map(d).reshape(r, T, k1 - k0) - fx[r0:r1, None, k0:k1]).reshape(r * T, k1 - k0)
             np.abs(d, out=d)
             if p == 2:

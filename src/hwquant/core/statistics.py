@@ -128,6 +128,9 @@ class TensorStatistics:
                                               np.asarray(batch.channel_max, np.float64).copy())
                 self._ch_sum = np.asarray(batch.channel_sum, np.float64).copy()
             else:
+                # the three per-channel arrays are set together (here and in every per-channel summary)
+                assert self._ch_max is not None and self._ch_sum is not None
+                assert batch.channel_max is not None and batch.channel_sum is not None
                 if batch.channel_min.shape != self._ch_min.shape:
                     raise ValueError(f"the batch has {batch.channel_min.shape[0]} channels along axis "
                                      f"{self.channel_axis}, earlier batches had {self._ch_min.shape[0]}")
@@ -157,6 +160,7 @@ class TensorStatistics:
     def _update_histogram(self, flat: np.ndarray, lo: float, hi: float) -> None:
         self._cover(lo, hi)
         g = _exact_bins(flat, self._w) - self._start
+        assert self._counts is not None  # _cover made the histogram
         self._counts += np.bincount(g, minlength=self.n_bins)
 
     # ------------------------------------------------------------------------------------------ histogram
@@ -199,6 +203,7 @@ class TensorStatistics:
         lo_k, hi_k = g_lo >> k, g_hi >> k
         start = lo_k - (n - 1 - (hi_k - lo_k)) // 2
         old = (np.arange(self._start, self._start + n, dtype=np.int64) >> k) - start
+        assert self._counts is not None  # only an existing histogram is refitted
         keep = self._counts > 0  # (empty bins may fall outside the new window)
         counts = np.bincount(old[keep], weights=self._counts[keep], minlength=n)
         self._counts, self._start, self._w = np.rint(counts).astype(np.int64), start, w * 2.0 ** k
@@ -211,6 +216,7 @@ class TensorStatistics:
         """(bin_edges float64 of length n_bins + 1, counts int64 of length n_bins), copies."""
         self._check_data()
         edges = np.arange(self._start, self._start + self.n_bins + 1, dtype=np.float64) * self._w
+        assert self._counts is not None  # data was added, so the histogram exists
         return edges + self._origin, self._counts.copy()
 
     @property
@@ -311,6 +317,9 @@ class TensorStatistics:
             self._copy_from(other)
             return self
         if self.per_channel:
+            # both hold data: their per-channel arrays are set
+            assert self._ch_min is not None and self._ch_max is not None and self._ch_sum is not None
+            assert other._ch_min is not None and other._ch_max is not None and other._ch_sum is not None
             if other._ch_min.shape != self._ch_min.shape:
                 raise ValueError(f"cannot merge statistics of {other._ch_min.shape[0]} and "
                                  f"{self._ch_min.shape[0]} channels")
@@ -330,6 +339,7 @@ class TensorStatistics:
         nz = o_counts > 0
         centres = 0.5 * (o_edges[:-1] + o_edges[1:])[nz]
         g = np.clip(_exact_bins(np.clip(centres, lo, hi) - o, self._w) - self._start, 0, self.n_bins - 1)
+        assert self._counts is not None  # self holds data, so its histogram exists
         self._counts += np.bincount(g, weights=o_counts[nz], minlength=self.n_bins).astype(np.int64)
         self._combine(other._count, other._mean, other._m2)
         self._min, self._max = lo, hi
@@ -345,6 +355,8 @@ class TensorStatistics:
         if self._count:
             out._min, out._max, out._mean, out._origin = self._min + c, self._max + c, self._mean + c, self._origin + c
             if self.per_channel:
+                # self holds data: its per-channel arrays are set
+                assert self._ch_min is not None and self._ch_max is not None and self._ch_sum is not None
                 out._ch_min, out._ch_max = self._ch_min + c, self._ch_max + c
                 out._ch_sum = self._ch_sum + c * self._ch_count
         return out
@@ -441,7 +453,7 @@ def summarize(x, stats: TensorStatistics, precise: bool = True) -> BatchSummary:
             m2 += float(np.einsum("i,i->", c, c))  # (BLAS dot is slow under thread contention)
     else:
         ch_sum = None if rows is None else _column_reduce(rows, np.add.reduce).astype(np.float64)
-        total = float(ch_sum.sum()) if rows is not None else float(np.add.reduce(flat, dtype=np.float32))
+        total = float(ch_sum.sum()) if ch_sum is not None else float(np.add.reduce(flat, dtype=np.float32))
         mean = total / flat.size
         m2 = max(float(np.dot(flat, flat)) - flat.size * mean * mean, 0.0)
     idx = stats.sample_indices(flat.size)

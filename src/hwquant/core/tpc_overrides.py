@@ -42,6 +42,7 @@ def _edit_config(cfg: OpQuantizationConfig, overrides: Dict[str, Any]) -> OpQuan
 
 
 def _edit_options(qco: QuantizationConfigOptions, overrides: Dict[str, Any]) -> QuantizationConfigOptions:
+    assert qco.base_config is not None  # QuantizationConfigOptions' validator always sets it
     if _FIXES_BIT_WIDTH & set(overrides):
         # Fixed bit widths leave nothing for mixed precision to choose: only the base option remains.
         return QuantizationConfigOptions(quantization_configurations=[_edit_config(qco.base_config, overrides)])
@@ -66,7 +67,7 @@ def apply_quantization_config_overrides(tpc: TargetPlatformCapabilities, qc: Qua
             return sets[group.name]
         return group.model_copy(update={"operators_set": tuple(sets[s.name] for s in group.operators_set)})
 
-    fusings = tuple(Fusing(operator_groups=[regroup(g) for g in f.operator_groups], name=f.name,
+    fusings = tuple(Fusing(operator_groups=tuple(regroup(g) for g in f.operator_groups), name=f.name,
                            fuse_op_quantization_config=None if f.fuse_op_quantization_config is None
                            else _edit_config(f.fuse_op_quantization_config, overrides))
                     for f in tpc.fusing_patterns or ())

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 
 def as_bool(v: Any) -> bool:
@@ -38,7 +38,7 @@ def as_enum(enum_cls: type, v: Any) -> Any:
     IntEnum of another kind would slip through by value, e.g. QuantizationMethod.SYMMETRIC == 2 == MAE)."""
     if isinstance(v, enum_cls):
         return v
-    valid = ", ".join(f"{m.name}={m.value!r}" for m in enum_cls)
+    valid = ", ".join(f"{m.name}={m.value!r}" for m in cast("type[Enum]", enum_cls))
     if isinstance(v, (Enum, bool)):
         raise ValueError(f"expected a {enum_cls.__name__} member, got {v!r} (valid: {valid})")
     try:

@@ -65,7 +65,9 @@ class _Program:
         A = [np.pad(r, (0, n - len(r))) for r in self.A]
         lo, hi = list(self.lo), list(self.hi)
         for coeffs, low, high in extra:
-            A.append(_dense(coeffs, n)), lo.append(low), hi.append(high)
+            A.append(_dense(coeffs, n))
+            lo.append(low)
+            hi.append(high)
         integrality = np.zeros(n)
         integrality[:len(self.vars)] = 1
         upper = np.ones(n)
@@ -95,6 +97,8 @@ def minimum(model: ResourceModel, target: RUTarget) -> Tuple[float, List[int]]:
     objective = np.zeros(prog.n + 1)
     objective[z] = 1.0
     x = prog.solve(objective, extra, n=prog.n + 1)
+    if x is None:  # feasible by construction (the figure is a free variable): only a solver failure gets here
+        raise RuntimeError(f"the MILP solver found no minimum for {target}")
     choice = prog.choice(x)
     return model.value(target, choice), choice
 

@@ -13,7 +13,7 @@ A target on one side only (weights or activations) first narrows the other side 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from hwquant.core.config import RU_FIELDS, ResourceUtilization, RUTarget
 from hwquant.core.mixed_precision.measurement import candidate_sensitivity
@@ -56,6 +56,7 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
         return None
     top = [node.candidates.index(max_bits_config(node)) for node in configurable]
     minima = {}
+    choice: Optional[List[int]]
     if mp.configuration_overwrite is not None:
         choice = _checked_overwrite(mp.configuration_overwrite, configurable)
     elif fits(model, top, targets):
@@ -93,6 +94,7 @@ def keep_base_bits(graph: Any, target: ResourceUtilization, kernel_attr: Any) ->
         if len(node.candidates) < 2:
             continue
         base = node.candidates[0]
+        bits: Callable[..., Any]
         if target.weight_restricted():
             bits = lambda c: c.activation_quantization_cfg.activation_n_bits  # noqa: E731
         else:

@@ -102,6 +102,7 @@ def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Di
         kernel_attr, bias_attr = adapter.kernel_attr(node), adapter.bias_attr(node)
         if mu is None or bias_attr is None:
             continue
+        assert kernel_attr is not None  # _kernel_config found a config for it
         w = node.weights[kernel_attr]
         axis = wc.weights_channels_axis if wc.weights_per_channel_threshold else None
         q = (quantized_kernels or {}).get(node.name)

@@ -67,6 +67,7 @@ def equalization_scale(mu: np.ndarray, std: np.ndarray) -> np.ndarray:
 
 def _scale_output_channels(node: Node, adapter: FrameworkAdapter, scale: np.ndarray) -> bool:
     kernel, bias, axes = adapter.kernel_attr(node), adapter.bias_attr(node), adapter.kernel_axes(node)
+    assert kernel is not None and axes is not None  # a linear layer (a prior's layer has kernel axes)
     w = node.weights[kernel]
     if w.shape[axes[0]] != scale.size:
         return False  # a grouped transposed conv: its output-channel axis is per group
@@ -118,14 +119,17 @@ def equalize_activation_channels(graph: Graph, adapter: FrameworkAdapter, priors
         g2 = None if node is None or node.inputs != [prev.name] else adapter.linear_geometry(node)
         if g2 is None or g1.is_dense != g2.is_dense:
             continue
+        assert node is not None  # g2 is None otherwise
         mu, std = priors[first.name]
         scale = equalization_scale(mu, std)
         w2_attr = adapter.kernel_attr(node)
-        if w2_attr not in node.weights or scale.size != g2.in_channels \
+        if w2_attr is None or w2_attr not in node.weights or scale.size != g2.in_channels \
                 or not _scale_output_channels(first, adapter, scale):
             continue
         w2 = node.weights[w2_attr]
-        factors = input_channel_factors(w2, adapter.kernel_axes(node), g2, scale)
+        axes2 = adapter.kernel_axes(node)
+        assert axes2 is not None  # a linear layer holding its kernel
+        factors = input_channel_factors(w2, axes2, g2, scale)
         node.set_weight(w2_attr, (w2 / factors).astype(w2.dtype))
         done += 1
     return done

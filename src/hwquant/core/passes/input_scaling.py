@@ -127,6 +127,7 @@ def apply_input_scaling(state: "PipelineState") -> int:
         factor = reach / float(t)  # kernels are multiplied by it, the input by 1 / factor
         for layer in layers:
             attr = adapter.kernel_attr(layer)
+            assert attr is not None  # scaled_layers keeps only layers holding their kernel
             w = layer.weights[attr]
             layer.set_weight(attr, (w * factor).astype(w.dtype))
             for c in [*layer.candidates, layer.final_config]:

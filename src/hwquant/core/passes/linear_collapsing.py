@@ -21,7 +21,7 @@ the geometry and the rebuilt layer come from the adapter.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Optional, Tuple, cast
 
 import numpy as np
 
@@ -47,7 +47,7 @@ def _weights(node: Node, adapter: FrameworkAdapter) -> Optional[Tuple[np.ndarray
 
 def _bias_sum(*parts: Optional[np.ndarray]) -> Optional[np.ndarray]:
     present = [p for p in parts if p is not None]
-    return None if not present else sum(present)
+    return None if not present else cast(np.ndarray, sum(present))  # not the start value 0: present is non-empty
 
 
 def compose(g1: LinearGeometry, w1: np.ndarray, b1: Optional[np.ndarray], g2: LinearGeometry, w2: np.ndarray,
@@ -96,7 +96,9 @@ def collapse_linear_layers(graph: Graph, adapter: FrameworkAdapter, priors: Opti
             kernel, bias, geometry = result
             if kernel.size > p1[0].size + p2[0].size:
                 continue  # the collapsed layer would be bigger than the two
-            dtype = first.weights[adapter.kernel_attr(first)].dtype
+            first_kernel = adapter.kernel_attr(first)
+            assert first_kernel is not None  # _weights(first) found it
+            dtype = first.weights[first_kernel].dtype
             graph.remove_node(first)  # the second layer now reads the first's input
             adapter.set_linear_layer(second, adapter.framework_kernel(second, kernel).astype(dtype),
                                      None if bias is None else bias.astype(dtype), geometry)

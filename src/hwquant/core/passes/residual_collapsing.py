@@ -49,6 +49,7 @@ def collapse_residuals(graph: Graph, adapter: FrameworkAdapter, priors: Optional
             tap = None if g is None or kernel_attr not in conv.weights else identity_tap(g)
             if tap is None:
                 continue
+            assert g is not None and kernel_attr is not None  # tap is None otherwise
             w = np.array(adapter.canonical_kernel(conv, conv.weights[kernel_attr]))  # (O, I / groups, *k)
             per_group = g.in_channels // g.groups
             for o in range(g.out_channels):

@@ -185,10 +185,13 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     # 2. the layer absorbs the shift; a zero padding moves into a pad node of value c
     g, pad = adapter.linear_geometry(layer), None
     kernel_attr, bias_attr = adapter.kernel_attr(layer), adapter.bias_attr(layer)
+    axes = adapter.kernel_axes(layer)
+    # the plan's layer is a dense / conv layer holding its kernel (checked where the plan is made)
+    assert g is not None and kernel_attr is not None and axes is not None
     w = layer.weights[kernel_attr]
-    out_axis = adapter.kernel_axes(layer)[0]
+    out_axis = axes[0]
     absorbed = c * np.asarray(w, np.float64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
-    bias = layer.weights.get(bias_attr)
+    bias = None if bias_attr is None else layer.weights.get(bias_attr)
     new_bias = ((0.0 if bias is None else np.asarray(bias, np.float64)) - absorbed).astype(w.dtype)
     if g.kind == "conv" and g.has_padding and g.zero_padding:
         reader_of = graph.node(layer.inputs[0])
@@ -202,6 +205,7 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     elif bias is None:
         adapter.set_linear_layer(layer, w, new_bias)
     else:
+        assert bias_attr is not None  # the bias was found under it
         layer.set_weight(bias_attr, new_bias)
     # 3. the activation's own output: kept quantized where the target needs it, else fused into the add
     if _needs_quantized_output(state):
