@@ -48,9 +48,25 @@ class _Kit:
     def channel_means(self, y: np.ndarray) -> np.ndarray:
         return y.mean(axis=tuple(d for d in range(y.ndim) if d != self.channel_axis % y.ndim))
 
+    # ---- the facades, as a user calls them (tests/test_facades_both_frameworks.py)
+    def data_gen(self, batches: List[list]):
+        return lambda: iter(batches)
+
+    def ptq(self, model: Any, batches: List[list], **kwargs: Any) -> tuple:
+        import hwquant as mct
+
+        return getattr(mct.ptq, f"{self.facade_prefix}_post_training_quantization")(model, self.data_gen(batches),
+                                                                                     **kwargs)
+
+    def resource_utilization_data(self, model: Any, batches: List[list], **kwargs: Any) -> Any:
+        import hwquant as mct
+
+        return getattr(mct.core, f"{self.facade_prefix}_resource_utilization_data")(model, self.data_gen(batches),
+                                                                                   **kwargs)
+
 
 class TorchKit(_Kit):
-    name, channel_axis = "torch", 1
+    name, channel_axis, facade_prefix = "torch", 1, "pytorch"
 
     def __init__(self):
         import torch
@@ -111,9 +127,22 @@ class TorchKit(_Kit):
         with self.torch.no_grad():
             return model(x).numpy()
 
+    def export_and_run(self, quantized: Any, folder: Any, batches: List[list], x: Any) -> np.ndarray:
+        """The deployment file (MCTQ ONNX), written and run by ONNX Runtime."""
+        import hwquant as mct
+
+        path = mct.exporter.pytorch_export_model(quantized, folder / "model.onnx", self.data_gen(batches))
+        session = mct.exporter.mctq_inference_session(str(path))
+        return session.run(None, {session.get_inputs()[0].name: np.asarray(x)})[0]
+
+    def save_and_load(self, quantized: Any, folder: Any) -> Any:
+        import hwquant as mct
+
+        return mct.exporter.load_quantized_model(mct.exporter.save_quantized_model(quantized, folder / "model.pt"))
+
 
 class KerasKit(_Kit):
-    name, channel_axis = "keras", -1
+    name, channel_axis, facade_prefix = "keras", -1, "keras"
 
     def __init__(self):
         import keras
@@ -160,6 +189,19 @@ class KerasKit(_Kit):
 
     def run(self, model: Any, x: Any) -> np.ndarray:
         return np.asarray(model.predict_on_batch(x))
+
+    def export_and_run(self, quantized: Any, folder: Any, batches: List[list], x: Any) -> np.ndarray:
+        """The deployment file (MCTQ .keras), written, loaded back and run."""
+        import hwquant as mct
+
+        path = mct.exporter.keras_export_model(quantized, folder / "model.keras")
+        return self.run(mct.keras_load_quantized_model(path), x)
+
+    def save_and_load(self, quantized: Any, folder: Any) -> Any:
+        import hwquant as mct
+
+        quantized.save(folder / "saved.keras")
+        return mct.keras_load_quantized_model(folder / "saved.keras")
 
 
 def kits() -> List[str]:
