@@ -92,5 +92,7 @@ def write_through_temporary(path: Union[str, os.PathLike], write: Callable[[str]
 
 def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path:
     """Write `data` whole to `path` or not at all (write_through_temporary)."""
-    return write_through_temporary(
-        path, lambda tmp: Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data))
+    def write(tmp: str) -> None:
+        Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+    return write_through_temporary(path, write)

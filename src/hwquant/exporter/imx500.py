@@ -10,7 +10,7 @@ operators on the data path count.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Set
+from typing import Dict, List, Optional, Set
 
 import onnx
 
@@ -61,7 +61,7 @@ def converter_problems(proto: onnx.ModelProto, tpc_minor_version: Optional[str] 
             and int(tpc_minor_version) > MAX_TPC_MINOR_VERSION:
         problems.append(f"TPC minor version {tpc_minor_version}: the converter knows versions up to "
                         f"{MAX_TPC_MINOR_VERSION}")
-    unsupported = {}
+    unsupported: Dict[str, List[str]] = {}  # op type -> its nodes' names
     for node in _data_nodes(proto.graph):
         if node.op_type not in SUPPORTED_OPS:
             unsupported.setdefault(node.op_type, []).append(node.name or node.output[0])

@@ -5,7 +5,7 @@ The editor works on its own copies of the nodes (protobuf hands out a new wrappe
 so node identity only holds on copies) and writes them back with :meth:`GraphEditor.commit`."""
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 import onnx
@@ -107,5 +107,5 @@ def set_domain(model: onnx.ModelProto, domain: str, version: Optional[int]) -> N
         model.opset_import.append(helper.make_opsetid(domain, version))
 
 
-def attrs_of(node: onnx.NodeProto) -> Dict[str, object]:
+def attrs_of(node: onnx.NodeProto) -> Dict[str, Any]:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import logging
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple, Type
 
 import numpy as np
 import onnx
@@ -29,7 +29,7 @@ MCTQ_DOMAIN = "mct_quantizers"
 MCTQ_FORMAT_VERSION = "1.7.0"
 
 # (numpy dtype, first opset with that QuantizeLinear type).
-_INT_TYPES = [(np.uint8, 10), (np.int8, 10), (np.uint16, 21), (np.int16, 21)]
+_INT_TYPES: List[Tuple[Type[np.integer], int]] = [(np.uint8, 10), (np.int8, 10), (np.uint16, 21), (np.int16, 21)]
 
 
 def integer_type(qmin: int, qmax: int, opset: int):
@@ -65,17 +65,19 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
     grid = spec.grid()
     weight = ed.constant(x) if spec.target == WEIGHTS else None
     if spec.is_lut:  # no standard op for a table: store the snapped float weights
+        assert isinstance(grid, quant_math.LutGrid)
         if weight is None:
             raise ExportError(f"{where}: a lookup-table quantizer on a computed tensor has no standard ONNX form; "
                               "export with quantization_format=MCTQ")
         ed.add_initializer(quant_math.lut_fake_quantize(weight.astype(np.float32), grid).astype(np.float32), y, name=y)
         return []
+    assert isinstance(grid, quant_math.AffineGrid)  # every other method's grid is affine
     zero_point, qmin, qmax = (grid.zero_point, grid.qmin, grid.qmax) if spec.target == WEIGHTS \
         else activation_int_range(grid)
     dtype = integer_type(qmin, qmax, opset)
     per_channel = grid.axis is not None
     scale = np.asarray(grid.scale, np.float32).reshape(-1 if per_channel else ())
-    axis_attr = {"axis": grid.axis} if per_channel else {}
+    axis_attr: Dict[str, Any] = {"axis": grid.axis} if per_channel else {}
     if dtype is not None and per_channel and opset < 13:
         dtype = None  # per-axis QuantizeLinear / DequantizeLinear need opset 13
     if weight is not None and dtype is not None:
@@ -109,15 +111,16 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
     zp_values = np.asarray(grid.zero_point, np.float64)
     t = [ed.fresh(f"{y}_t{i}") for i in range(5)]
     nodes = [ed.node("Div", [x, s], [t[0]]), ed.node("Round", [t[0]], [t[1]])]
+    zp_input: Optional[str]  # the zero-point initializer (None: all zero, no Add / Sub)
     if np.any(zp_values != 0):
-        z = ed.add_initializer(as_const(zp_values), f"{y}_zero_point")
-        nodes += [ed.node("Add", [t[1], z], [t[2]])]
+        zp_input = ed.add_initializer(as_const(zp_values), f"{y}_zero_point")
+        nodes += [ed.node("Add", [t[1], zp_input], [t[2]])]
     else:
-        z, t[2] = None, t[1]
+        zp_input, t[2] = None, t[1]
     lo, hi = (ed.add_initializer(np.asarray(v, np.float32), f"{y}_{n}") for v, n in ((grid.qmin, "qmin"), (grid.qmax, "qmax")))
     nodes.append(ed.node("Clip", [t[2], lo, hi], [t[3]]))
-    if z is not None:
-        nodes.append(ed.node("Sub", [t[3], z], [t[4]]))
+    if zp_input is not None:
+        nodes.append(ed.node("Sub", [t[3], zp_input], [t[4]]))
     else:
         t[4] = t[3]
     return nodes + [ed.node("Mul", [t[4], s], [y])]

@@ -19,7 +19,7 @@ def _load(model: ModelLike) -> onnx.ModelProto:
     try:
         return onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(os.fspath(model))
     except FileNotFoundError:
-        raise ExportError(f"no ONNX file at '{model}'") from None
+        raise ExportError(f"no ONNX file at '{model!s}'") from None
     except Exception as e:  # protobuf's DecodeError and friends
         raise ExportError(f"'{model if not isinstance(model, bytes) else 'the bytes given'}' is not a readable "
                           f"ONNX model ({type(e).__name__}: {e})") from None

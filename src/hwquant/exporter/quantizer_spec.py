@@ -74,12 +74,15 @@ class QuantizerSpec:
         per-channel lists) and integer attributes. Ranges are the grid's own (zero exactly on it)."""
         grid = self.grid()
         if self.method == QuantizationMethod.UNIFORM:
+            assert isinstance(grid, quant_math.AffineGrid)
             lo, hi = quant_math.grid_range(grid)
             values = {"min_range": _plain(lo), "max_range": _plain(hi)}
         elif self.is_lut:
+            assert isinstance(grid, quant_math.LutGrid)
             values = {"lut_values": grid.lut_values.astype(float).tolist(), "threshold": _plain(grid.threshold),
                       "lut_values_bitwidth": grid.lut_values_bitwidth}
         else:  # POT / symmetric: the threshold the grid uses (a power of two for POT)
+            assert isinstance(grid, quant_math.AffineGrid)
             values = {"threshold": _plain(np.asarray(grid.scale) * 2.0 ** (self.num_bits - int(self.signed)))}
         values.update(num_bits=self.num_bits, signed=int(self.signed and self.method != QuantizationMethod.UNIFORM))
         return values

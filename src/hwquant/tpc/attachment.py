@@ -43,8 +43,9 @@ class OperationsSetToLayers:
         self.name = name
         self.layers = list(layers)
         self.attr_mapping = dict(attr_mapping or {})
-        if _ATTACH_STACK.top() is not None:
-            _ATTACH_STACK.top().attach(self)
+        fqc = _ATTACH_STACK.top()
+        if fqc is not None:
+            fqc.attach(self)
 
     def layer_attr_name(self, tpc_attr: str, layer: Any = None) -> str:
         """The layer's own name for a TPC attribute (values may be per-layer dicts, as in
@@ -108,10 +109,11 @@ class OperationsToLayers:
 def get_current_tpc() -> "FrameworkQuantizationCapabilities":
     """The FrameworkQuantizationCapabilities whose `with` block is open (the one that
     `OperationsSetToLayers(...)` attaches to)."""
-    if _ATTACH_STACK.top() is None:
+    fqc = _ATTACH_STACK.top()
+    if fqc is None:
         raise InvalidTPCError("no FrameworkQuantizationCapabilities is being defined: get_current_tpc() works "
                               "inside a `with fqc:` block")
-    return _ATTACH_STACK.top()
+    return fqc
 
 
 class FrameworkQuantizationCapabilities:

@@ -36,6 +36,7 @@ class AttributeFilter:
     def match(self, attrs: Dict[str, Any]) -> bool:
         if self.attr not in attrs:
             return False
+        assert self.op is not None  # __init__ refuses a filter without one
         try:
             return bool(self.op(attrs[self.attr], self.value))
         except TypeError:  # e.g. comparing None with a number: the condition simply does not hold

@@ -13,7 +13,7 @@ wherever a TPC is accepted.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, cast
 
 from hwquant.concurrency import ContextStack
 from hwquant.errors import InvalidTPCError
@@ -23,8 +23,9 @@ _BUILDING = ContextStack()  # the TargetPlatformModel whose `with` block is open
 
 
 def _register(component: Any) -> Any:
-    if _BUILDING.top() is not None:
-        _BUILDING.top()._add(component)
+    building = _BUILDING.top()
+    if building is not None:
+        building._add(component)
     return component
 
 
@@ -40,15 +41,17 @@ def OperatorSetConcat(*operator_sets: schema.OperatorsSet) -> schema.OperatorSet
 
 def Fusing(operator_groups_list: list, name: Optional[str] = None) -> schema.Fusing:
     """A fusing pattern; inside `with tp_model:` it is added to that model."""
-    return _register(schema.Fusing(operator_groups=operator_groups_list, name=name))
+    # (a list: the schema's validator makes it the tuple its field is declared as)
+    return _register(schema.Fusing(operator_groups=cast(Any, operator_groups_list), name=name))
 
 
 def get_default_quantization_config_options() -> schema.QuantizationConfigOptions:
     """The default options of the model whose `with` block is open."""
-    if _BUILDING.top() is None:
+    building = _BUILDING.top()
+    if building is None:
         raise InvalidTPCError("get_default_quantization_config_options() is only available inside a "
                               "`with tp_model:` block")
-    return _BUILDING.top().default_qco
+    return building.default_qco
 
 
 class TargetPlatformModel:

@@ -8,7 +8,7 @@ makes no sense (the error names the field and the rule), so every later stage ca
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Final, Literal, Optional, Tuple, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Annotated
@@ -16,7 +16,7 @@ from typing_extensions import Annotated
 from hwquant.constants import FLOAT_BITWIDTH, MAX_N_BITS, MIN_N_BITS
 from hwquant.tpc.enums import OperatorSetNames, QuantizationMethod, Signedness
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
@@ -321,7 +321,8 @@ class Fusing(_Frozen):
                    for i in range(len(mine) - len(theirs) + 1))
 
     def get_info(self) -> Dict[str, str]:
-        return {self.name: " -> ".join(g.name for g in self.operator_groups)}
+        # the validators name every fusing and group (_rules here, _default_name there)
+        return {cast(str, self.name): " -> ".join(cast(str, g.name) for g in self.operator_groups)}
 
 
 class TargetPlatformCapabilities(_Frozen):
@@ -438,8 +439,9 @@ def describe(tpc: TargetPlatformCapabilities) -> str:
         if s.qc_options is None:
             lines.append(f"    {s.name}: default")
             continue
-        opts = s.qc_options.quantization_configurations
-        lines.append(f"    {s.name}: {_describe_op_config(s.qc_options.base_config)}"
+        opts, base = s.qc_options.quantization_configurations, s.qc_options.base_config
+        assert base is not None  # QuantizationConfigOptions' validator always sets it
+        lines.append(f"    {s.name}: {_describe_op_config(base)}"
                      + (f"  [+{len(opts) - 1} mixed-precision option(s)]" if len(opts) > 1 else ""))
         for o in opts:
             if o is not s.qc_options.base_config and o != s.qc_options.base_config:

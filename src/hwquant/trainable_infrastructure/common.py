@@ -8,7 +8,7 @@ Quantizer classes register themselves with :func:`mark_quantizer`; the QAT and G
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple, cast
 
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
@@ -83,7 +83,8 @@ def mark_quantizer(quantization_target: QuantizationTarget, quantization_method:
                 raise InvalidConfigError(f"{cls.__name__}: a {target.name} quantizer for ({m.name}, {training.name}) "
                                          f"is already registered ({clash[0].__name__})")
             classes[:] = [c for c in classes if _name(c) != _name(cls)] + [cls]  # a reloaded module replaces
-        cls.quantization_target, cls.quantization_method, cls.identifier = target, methods, training
+        marked = cast(Any, cls)  # the attributes this decorator adds
+        marked.quantization_target, marked.quantization_method, marked.identifier = target, methods, training
         return cls
     return register
 

@@ -2,7 +2,7 @@
 QAT and GPTQ both start from the PTQ result this way)."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from hwquant.core.graph import Node
 from hwquant.trainable_infrastructure.config import (
@@ -14,7 +14,7 @@ from hwquant.trainable_infrastructure.config import (
 
 def _weights_candidates(node: Node, attr: str) -> Optional[List[TrainableQuantizerCandidateConfig]]:
     """The node's mixed-precision candidates of ``attr`` (None when it has a single one)."""
-    seen = {}
+    seen: Dict[int, Dict[str, Any]] = {}  # bit width -> its quantization parameters
     for c in node.candidates or []:
         wc = c.weights_quantization_cfg.attrs.get(attr)
         if wc is not None and wc.enable_weights_quantization and wc.weights_quantization_params:
@@ -24,7 +24,7 @@ def _weights_candidates(node: Node, attr: str) -> Optional[List[TrainableQuantiz
 
 
 def _activation_candidates(node: Node) -> Optional[List[TrainableQuantizerCandidateConfig]]:
-    seen = {}
+    seen: Dict[int, Dict[str, Any]] = {}  # bit width -> its quantization parameters
     for c in node.candidates or []:
         ac = c.activation_quantization_cfg
         if ac.quantized and ac.activation_quantization_params:

@@ -25,7 +25,7 @@ SCHEMA_VERSION = 1
 
 
 class TargetPlatformCapabilities(_current.TargetPlatformCapabilities):
-    __doc__ = _current.TargetPlatformCapabilities.__doc__ + " (schema version 1)"
+    __doc__ = (_current.TargetPlatformCapabilities.__doc__ or "") + " (schema version 1)"
 
     insert_preserving_quantizers: Literal[False] = False  # version 1 has no preserving quantizers
     SCHEMA_VERSION: Literal[1] = SCHEMA_VERSION  # type: ignore[assignment]

@@ -42,4 +42,4 @@ def fusing(*positions: Sequence[str], by_name: Dict[str, OperatorsSet]) -> Fusin
     """A fusing pattern given, per position, the operator-set names that may stand there."""
     groups = [by_name[names[0]] if len(names) == 1 else OperatorSetGroup(operators_set=[by_name[n] for n in names])
               for names in positions]
-    return Fusing(operator_groups=groups)
+    return Fusing(operator_groups=tuple(groups))

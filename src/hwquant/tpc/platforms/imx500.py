@@ -15,7 +15,7 @@ from hwquant.tpc.enums import OperatorSetNames as N
 from hwquant.tpc.enums import QuantizationMethod as M
 from hwquant.tpc.enums import Signedness
 from hwquant.tpc.platforms._blocks import attr, fusing, op, options, sets
-from hwquant.tpc.schema import TargetPlatformCapabilities
+from hwquant.tpc.schema import QuantizationConfigOptions, TargetPlatformCapabilities
 
 VERSIONS = ("1.0", "1.0_lut", "4.0", "4.1", "5.0", "6.0")
 
@@ -98,7 +98,7 @@ def _operator_sets_v4_plus(major, minor, default, no_quant, mixed_qco) -> list:
     act_8_or_16 = options([act8, act16], base=act8)
     act_8_only = options([act8])
 
-    def with_constants(per_channel: bool, positional: bool) -> object:
+    def with_constants(per_channel: bool, positional: bool) -> QuantizationConfigOptions:
         const = attr(M.POWER_OF_TWO, 8, per_channel=per_channel, enabled=True)
         c16, c8 = act16.clone_and_edit(default_weight_attr_config=const), act8.clone_and_edit(default_weight_attr_config=const)
         configs = [c16, c8]
