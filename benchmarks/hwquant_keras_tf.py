@@ -31,13 +31,8 @@ def main():
     import tensorflow as tf
 
     import hwquant as mct
-    from benchmarks.keras_models import (
-        float_tflite,
-        keras_mobilenet_v2_architecture,
-        mixed_precision_and_save,
-        quantize_and_save,
-        set_weights_by_name,
-    )
+    from benchmarks.keras_models import (float_tflite, keras_mobilenet_v2_architecture, mixed_precision_and_save,
+                                         quantize_and_save, set_weights_by_name)
     from hwquant.keras.tflite_int8 import layer_parity
 
     tf.config.threading.set_intra_op_parallelism_threads(2)

@@ -14,7 +14,8 @@ import numpy as np
 
 from hwquant.core.candidates import select_base_configs
 from hwquant.core.config import CoreConfig, QuantizationConfig
-from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
+from hwquant.core.pipeline import calibrate, compute_parameters, prepare
+from hwquant.core.pipeline_state import PipelineState
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 

@@ -5,23 +5,10 @@ import math
 import pytest
 
 from hwquant.constants import BIAS_ATTR, KERNEL_ATTR, MIN_THRESHOLD
-from hwquant.core.config import (
-    BitWidthConfig,
-    CoreConfig,
-    DebugConfig,
-    DefaultDict,
-    ManualBitWidthSelection,
-    ManualWeightsBitWidthSelection,
-    MixedPrecisionQuantizationConfig,
-    MpDistanceWeighting,
-    MpMetricNormalization,
-    QuantizationConfig,
-    QuantizationErrorMethod,
-    ResourceUtilization,
-    RUTarget,
-    ThresholdSelectionMethod,
-    UserInformation,
-)
+from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
+                                 ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig, MpDistanceWeighting,
+                                 MpMetricNormalization, QuantizationConfig, QuantizationErrorMethod,
+                                 ResourceUtilization, RUTarget, ThresholdSelectionMethod, UserInformation)
 from hwquant.core.network_editor import ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter, NodeTypeFilter
 from hwquant.tpc.enums import QuantizationMethod
 

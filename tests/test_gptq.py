@@ -15,13 +15,8 @@ from hwquant.errors import InvalidConfigError
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.torch.gptq.hessian import activation_hessian_scores
 from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
-from hwquant.torch.gptq.quantizers import (
-    BasePytorchGPTQTrainableQuantizer,
-    STESymmetricGPTQ,
-    STEUniformGPTQ,
-    SymmetricSoftRoundingGPTQ,
-    UniformSoftRoundingGPTQ,
-)
+from hwquant.torch.gptq.quantizers import (BasePytorchGPTQTrainableQuantizer, STESymmetricGPTQ, STEUniformGPTQ,
+                                           SymmetricSoftRoundingGPTQ, UniformSoftRoundingGPTQ)
 from hwquant.torch.gptq.training import GradualActivationQuantizer
 from hwquant.torch.metadata import read_metadata
 from hwquant.torch.quantizers import PytorchQuantizationWrapper

@@ -2,13 +2,8 @@
 import pytest
 
 import hwquant as mct
-from hwquant.gptq import (
-    GPTQHessianScoresConfig,
-    GradientPTQConfig,
-    GradualActivationQuantizationConfig,
-    QFractionLinearAnnealingConfig,
-    RoundingType,
-)
+from hwquant.gptq import (GPTQHessianScoresConfig, GradientPTQConfig, GradualActivationQuantizationConfig,
+                          QFractionLinearAnnealingConfig, RoundingType)
 
 
 def test_enum_values_and_defaults():

@@ -116,15 +116,9 @@ def test_lut_tpc_mixed_precision_as_mct(fraction):
 # counts ends at its largest bits; a target on a boundary is met exactly, not exceeded).
 def _mp_tpc():
     from hwquant.constants import BIAS_ATTR, KERNEL_ATTR
-    from hwquant.target_platform_capabilities import (
-        AttributeQuantizationConfig,
-        OperatorSetNames,
-        OperatorsSet,
-        OpQuantizationConfig,
-        QuantizationConfigOptions,
-        Signedness,
-        TargetPlatformCapabilities,
-    )
+    from hwquant.target_platform_capabilities import (AttributeQuantizationConfig, OperatorSetNames, OperatorsSet,
+                                                      OpQuantizationConfig, QuantizationConfigOptions, Signedness,
+                                                      TargetPlatformCapabilities)
     M = mct.QuantizationMethod
     kernel = AttributeQuantizationConfig(weights_quantization_method=M.POWER_OF_TWO, weights_n_bits=8,
                                          weights_per_channel_threshold=True, enable_weights_quantization=True)

@@ -4,22 +4,13 @@ from types import SimpleNamespace
 import pytest
 
 from hwquant.core.config import QuantizationErrorMethod
-from hwquant.core.network_editor import (
-    BaseAction,
-    ChangeCandidatesActivationQuantConfigAttr,
-    ChangeCandidatesActivationQuantizationMethod,
-    ChangeCandidatesWeightsQuantConfigAttr,
-    ChangeCandidatesWeightsQuantizationMethod,
-    ChangeFinalActivationQuantConfigAttr,
-    ChangeFinalWeightsQuantConfigAttr,
-    ChangeFinalWeightsQuantizationMethod,
-    ChangeQuantizationParamFunction,
-    EditRule,
-    NodeAnyMatcher,
-    NodeNameFilter,
-    NodeNameScopeFilter,
-    NodeTypeFilter,
-)
+from hwquant.core.network_editor import (BaseAction, ChangeCandidatesActivationQuantConfigAttr,
+                                         ChangeCandidatesActivationQuantizationMethod,
+                                         ChangeCandidatesWeightsQuantConfigAttr,
+                                         ChangeCandidatesWeightsQuantizationMethod,
+                                         ChangeFinalActivationQuantConfigAttr, ChangeFinalWeightsQuantConfigAttr,
+                                         ChangeFinalWeightsQuantizationMethod, ChangeQuantizationParamFunction,
+                                         EditRule, NodeAnyMatcher, NodeNameFilter, NodeNameScopeFilter, NodeTypeFilter)
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 

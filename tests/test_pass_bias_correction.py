@@ -68,7 +68,7 @@ def test_mean_output_error_of_the_layer_vanishes(layer, shape, exact):
     x = torch.cat([b[0] for b in batches])
     before = _mean_error(node, float_w, float_b, x)
     assert np.abs(before).max() > 1e-2
-    assert apply_bias_correction(state) == 1
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 1
     assert node.weights["bias"].shape == ((5,) if isinstance(layer, nn.Linear) else (6,))
     after = _mean_error(node, float_w, float_b, x)
     if exact:  # every input value meets every tap equally often
@@ -91,7 +91,7 @@ def test_quantized_model_mean_error_shrinks(seed):
             _coarsen(state.graph.node(name), bits=3)
         if correct:
             assert bias_correction_inputs(state.graph, state.adapter) == ["input_1", "_1"]
-            assert apply_bias_correction(state) == 2
+            assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 2
         with torch.no_grad():
             q = state.adapter.build(state.graph, quantized=True)(x)
         errors.append((q - model(x)).mean(dim=(0, 2, 3)).abs().mean().item())  # per-channel mean error
@@ -104,7 +104,7 @@ def test_dense_layer_behind_flatten_needs_statistics_of_its_input():
     state = _state(model, [[torch.randn(4, 3, 5, 5)]])
     assert "_2" in bias_correction_inputs(state.graph, state.adapter)
     assert "_2" in state.statistics  # calibration observes it although the flatten is not quantized
-    assert apply_bias_correction(state) == 2  # the conv and the dense layer
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 2  # the conv and the dense layer
 
 
 def test_flag_off_and_missing_statistics_leave_the_bias_alone():
@@ -112,22 +112,22 @@ def test_flag_off_and_missing_statistics_leave_the_bias_alone():
     state = _state(nn.Sequential(nn.Linear(6, 5)), batches, weights_bias_correction=False)
     _coarsen(state.graph.node("_0"))
     bias = state.graph.node("_0").weights["bias"].copy()
-    assert apply_bias_correction(state) == 0
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 0
     assert np.array_equal(state.graph.node("_0").weights["bias"], bias)
     # per-node switch (what a network-editor rule edits)
     state = _state(nn.Sequential(nn.Linear(6, 5)), batches)
     _coarsen(state.graph.node("_0"))
     state.graph.node("_0").final_config.weights_quantization_cfg.weights_bias_correction = False
-    assert apply_bias_correction(state) == 0
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 0
     # a dense layer on a 3-D input: the statistics' channels (axis 1) are not its features
     state = _state(nn.Sequential(nn.Linear(6, 5)), [[torch.randn(4, 6, 6) + 1]])
     _coarsen(state.graph.node("_0"))
-    assert apply_bias_correction(state) == 0
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 0
     # no statistics of the input
     state = _state(nn.Sequential(nn.Linear(6, 5)), batches)
     _coarsen(state.graph.node("_0"))
     state.statistics.clear()
-    assert apply_bias_correction(state) == 0
+    assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 0
 
 
 def test_output_mean_shift_of_a_grouped_conv_reads_each_groups_channels():
@@ -156,7 +156,7 @@ def test_bias_correction_is_kept_only_where_it_lowers_the_output_error(helps, mo
         return [2.0, 1.0] if helps else [1.0, 2.0]  # (without, with)
     monkeypatch.setattr(PytorchAdapter, "relative_output_errors", judged)
     corrected = bias_correction_where_it_helps(state, batches)
-    assert seen["models"] == 2 and state.report["bias_correction_error"] == (
+    assert seen["models"] == 2 and state.report.bias_correction_error == (
         {"without": 2.0, "with": 1.0} if helps else {"without": 1.0, "with": 2.0})
     assert corrected == (2 if helps else 0)
     for name, bias in before.items():
@@ -179,7 +179,7 @@ def test_bias_correction_judge_measures_real_output_errors():
         if "weight" in node.weights:
             _coarsen(node, bits=2)
     bias_correction_where_it_helps(state, batches)
-    errors = state.report["bias_correction_error"]
+    errors = state.report.bias_correction_error
     assert 0 < errors["with"] and 0 < errors["without"] and errors["with"] != errors["without"]
     x = torch.cat([b[0] for b in batches])
     q = state.adapter.fake_quantized_model(state.graph)

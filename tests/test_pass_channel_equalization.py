@@ -7,12 +7,8 @@ import torch
 from torch import nn
 
 from hwquant.core.passes.bn_folding import fold_batch_norms
-from hwquant.core.passes.channel_equalization import (
-    batch_norm_priors,
-    equalization_scale,
-    equalize_activation_channels,
-    rectified_gaussian_moments,
-)
+from hwquant.core.passes.channel_equalization import (batch_norm_priors, equalization_scale,
+                                                      equalize_activation_channels, rectified_gaussian_moments)
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
 from hwquant.torch.capture import capture

@@ -9,7 +9,8 @@ from hwquant.constants import THRESHOLD
 from hwquant.core.candidates import select_base_configs
 from hwquant.core.config import CoreConfig, QuantizationConfig, QuantizationErrorMethod
 from hwquant.core.passes.input_scaling import apply_input_scaling, check_input_scaling, scale_statistics
-from hwquant.core.pipeline import PipelineState, calibrate, compute_parameters, prepare
+from hwquant.core.pipeline import calibrate, compute_parameters, prepare
+from hwquant.core.pipeline_state import PipelineState
 from hwquant.core.statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
@@ -60,8 +61,9 @@ def test_input_is_scaled_to_fill_its_threshold(model, shape):
     inp = state.graph.input_nodes[0]
     t = inp.final_config.activation_quantization_cfg.activation_quantization_params[THRESHOLD]
     assert t == 1.0  # power of two above 0.6
-    assert apply_input_scaling(state) == 1
-    s = state.report["input_scale"][inp.name]
+    scales = apply_input_scaling(state.graph, state.adapter, state.statistics)
+    assert list(scales) == [inp.name]
+    s = scales[inp.name]
     assert s == pytest.approx(t / 0.6)
     x = torch.cat([b[0] for b in batches])
     with torch.no_grad():  # the float model of the scaled input is the original model
@@ -84,8 +86,8 @@ def test_nothing_to_gain_leaves_the_model_alone():
         b[0].view(-1)[0] = -1.0
     state = _state(nn.Sequential(nn.Conv2d(3, 4, 3)), batches)
     w = state.graph.node("_0").weights["weight"].copy()
-    assert apply_input_scaling(state) == 0
-    assert np.array_equal(w, state.graph.node("_0").weights["weight"]) and "input_scale" not in state.report
+    assert apply_input_scaling(state.graph, state.adapter, state.statistics) == {}
+    assert np.array_equal(w, state.graph.node("_0").weights["weight"]) and state.report.input_scale == {}  # (the pass alone)
 
 
 class Residual(nn.Module):
@@ -117,14 +119,15 @@ def test_clear_error_where_it_does_not_apply(model, words):
         check_input_scaling(_state(model, batches, calibrated=False).graph, PytorchAdapter())
     assert "input_scaling=False" in str(err.value)
     with pytest.raises(InvalidConfigError, match=words):
-        apply_input_scaling(_state(model, batches))
+        state = _state(model, batches)
+        apply_input_scaling(state.graph, state.adapter, state.statistics)
 
 
 def test_uniform_input_quantizer_has_no_threshold_to_fill():
     batches = _batches((2, 3, 6, 6))
     state = _state(nn.Sequential(nn.Conv2d(3, 4, 3)), batches, tpc=get_target_platform_capabilities("pytorch", "qnnpack"))
     with pytest.raises(InvalidConfigError, match="UNIFORM"):
-        apply_input_scaling(state)
+        apply_input_scaling(state.graph, state.adapter, state.statistics)
 
 
 def test_scaled_statistics_equal_statistics_of_the_scaled_tensor():

@@ -55,7 +55,8 @@ def test_float_model_unchanged_and_shifted_statistics_non_negative(second, act):
     before = state.statistics["_1"]
     if -before.min / t > 0.3:
         pytest.skip("negative tail too large for this draw")
-    assert apply_shift_negative_correction(state, batches) == 1
+    assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
     (add,) = _adds(state.graph)
     c = add.call_args[1]
     assert c >= -before.min and state.graph.successors(silu) == [add]
@@ -90,7 +91,8 @@ def test_threshold_recalculation_uses_the_shifted_statistics():
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.SiLU(), nn.Conv2d(8, 4, 3, padding=1))
     batches = _batches((4, 3, 8, 8))
     state = _state(model, batches, shift_negative_threshold_recalculation=True)
-    assert apply_shift_negative_correction(state, batches) == 1
+    assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
     (add,) = _adds(state.graph)
     params = add.final_config.activation_quantization_cfg.activation_quantization_params
     assert params[SIGNED] is False and params[THRESHOLD] >= state.statistics[add.name].max / 2
@@ -107,7 +109,8 @@ def test_shift_resolution_gain_reduces_the_activation_quantization_error():
             for wc in node.final_config.weights_quantization_cfg.attrs.values():
                 wc.enable_weights_quantization = False
         if snc:
-            assert apply_shift_negative_correction(state, batches) == 1
+            assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
         with torch.no_grad():
             errors.append(((state.adapter.build(state.graph, quantized=True)(x) - model(x)) ** 2).mean().item())
     assert errors[1] < errors[0]
@@ -127,7 +130,8 @@ def test_shift_passes_through_layout_ops_to_a_dense_layer(bias):
     model = FlattenDense(bias).eval()
     batches = _batches((4, 3, 6, 6))
     state = _state(model, batches)
-    assert apply_shift_negative_correction(state, batches) == 1
+    assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
     x = torch.cat([b[0] for b in batches])
     with torch.no_grad():
         assert torch.allclose(build_module(state.graph)(x), model(x), atol=1e-4)
@@ -169,7 +173,8 @@ def test_leaves_alone_what_it_must_not_touch(model, kw):
     batches = _batches((2, 3, 6, 6))
     state = _state(model, batches, **kw)
     n = len(state.graph)
-    assert apply_shift_negative_correction(state, batches) == 0
+    assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 0
     assert len(state.graph) == n and not _adds(state.graph)
 
 
@@ -188,12 +193,13 @@ def test_statistics_of_shifted_tensors_are_derived_exactly(data):
                           nn.Conv2d(8, 4, 3, padding=2)).eval()
     batches = data(_batches((4, 3, 8, 8), scale=1.0))
     state = _state(model, batches, shift_negative_ratio=1.0)
-    assert apply_shift_negative_correction(state, batches) == 1
+    assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
     (add,) = _adds(state.graph)
     pad = next(n for n in state.graph if n.type is F.pad)
     names = [add.name, "_2", pad.name]
     derived = {n: state.statistics[n] for n in names}
-    collect_statistics(state, names, batches)
+    collect_statistics(state.graph, state.adapter, state.statistics, names, batches)
     for n in names:
         d, f = derived[n], state.statistics[n]
         assert d.count == f.count
@@ -220,7 +226,8 @@ def test_on_the_imx500_the_shifted_activation_stays_quantized_at_16_bits(caplog)
     silu = state.graph.node("_1")
     t = silu.final_config.activation_quantization_cfg.activation_quantization_params[THRESHOLD]
     with caplog.at_level("INFO", logger="hwquant.passes"):
-        assert apply_shift_negative_correction(state, batches) == 1
+        assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
     assert "keeps the output of 1 of 1 shifted activations quantized (16 bits)" in caplog.text
     (add,) = _adds(state.graph)
     a, s = add.final_config.activation_quantization_cfg, silu.final_config.activation_quantization_cfg
@@ -243,7 +250,8 @@ def test_on_the_imx500_without_16_bit_activations_the_shift_is_skipped(caplog):
     batches = _batches((4, 3, 8, 8))
     state = _state(_silu_net(), batches, tpc=get_target_platform_capabilities("1.0", "imx500"))
     with caplog.at_level("INFO", logger="hwquant.passes"):
-        assert apply_shift_negative_correction(state, batches) == 0
+        assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 0
     assert "skips 1 activation(s) (_1): platform 'imx500' needs their output quantized and the TPC offers no " \
         "16-bit activation" in caplog.text
     assert state.graph.node("_1").final_config.activation_quantization_cfg.quantized and not _adds(state.graph)

@@ -82,7 +82,7 @@ def test_bias_correction_removes_the_kernels_mean_error(kit):
             wc.weights_n_bits, wc.weights_per_channel_threshold = 3, False
             set_weights_params(node.final_config, node.weights)
         if correct:
-            assert apply_bias_correction(state) == 2
+            assert apply_bias_correction(state.graph, state.adapter, state.statistics) == 2
         errors.append(np.abs(kit.channel_means(kit.quantized_output(state, x) - kit.run(model, x))).mean())
     assert errors[1] < 0.5 * errors[0]
 
@@ -102,7 +102,8 @@ def test_shift_negative_correction_keeps_the_function_and_lowers_the_error(kit):
             for wc in node.final_config.weights_quantization_cfg.attrs.values():
                 wc.enable_weights_quantization = False
         if snc:
-            assert apply_shift_negative_correction(state, batches) == 1
+            assert apply_shift_negative_correction(state.graph, state.adapter, state.statistics, state.fqc,
+                                           state.fused_groups, batches) == 1
             want = kit.run(model, x)  # (a GPU's TF32 convolutions: ~1e-3 relative)
             np.testing.assert_allclose(kit.graph_output(copy.deepcopy(state.graph), x), want, rtol=1e-4,
                                        atol=1e-3 * np.abs(want).max())

@@ -5,21 +5,9 @@ import hwquant.target_platform as tp
 from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import DefaultDict
 from hwquant.errors import InvalidTPCError
-from hwquant.tpc import (
-    Contains,
-    Eq,
-    FrameworkQuantizationCapabilities,
-    Greater,
-    GreaterEq,
-    LayerFilterParams,
-    NotEq,
-    OperationsSetToLayers,
-    OperationsToLayers,
-    Smaller,
-    SmallerEq,
-    get_target_platform_capabilities,
-    load_target_platform_capabilities,
-)
+from hwquant.tpc import (Contains, Eq, FrameworkQuantizationCapabilities, Greater, GreaterEq, LayerFilterParams, NotEq,
+                         OperationsSetToLayers, OperationsToLayers, Smaller, SmallerEq,
+                         get_target_platform_capabilities, load_target_platform_capabilities)
 
 
 class Conv2d: ...

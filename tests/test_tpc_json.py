@@ -8,24 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwquant.errors import InvalidTPCError
-from hwquant.tpc import (
-    SCHEMA_VERSION,
-    AttributeQuantizationConfig,
-    Fusing,
-    OperatorSetGroup,
-    OperatorsSet,
-    OpQuantizationConfig,
-    QuantizationConfigOptions,
-    QuantizationMethod,
-    Signedness,
-    TargetPlatformCapabilities,
-    export_target_platform_capabilities,
-    get_target_platform_capabilities,
-    load_target_platform_capabilities,
-    tpc_from_dict,
-    tpc_from_json,
-    tpc_to_dict,
-)
+from hwquant.tpc import (SCHEMA_VERSION, AttributeQuantizationConfig, Fusing, OperatorSetGroup, OperatorsSet,
+                         OpQuantizationConfig, QuantizationConfigOptions, QuantizationMethod, Signedness,
+                         TargetPlatformCapabilities, export_target_platform_capabilities,
+                         get_target_platform_capabilities, load_target_platform_capabilities, tpc_from_dict,
+                         tpc_from_json, tpc_to_dict)
 from hwquant.tpc.platforms import PLATFORMS
 
 SHIPPED = [(d, v) for d, (versions, _) in PLATFORMS.items() for v in versions]

@@ -3,20 +3,9 @@ import pytest
 from pydantic import ValidationError
 
 from hwquant.constants import BIAS_ATTR, KERNEL_ATTR
-from hwquant.tpc import (
-    AttributeQuantizationConfig,
-    Fusing,
-    OperatorSetConcat,
-    OperatorSetGroup,
-    OperatorSetNames,
-    OperatorsSet,
-    OpQuantizationConfig,
-    QuantizationConfigOptions,
-    QuantizationMethod,
-    Signedness,
-    TargetPlatformCapabilities,
-    get_target_platform_capabilities,
-)
+from hwquant.tpc import (AttributeQuantizationConfig, Fusing, OperatorSetConcat, OperatorSetGroup, OperatorSetNames,
+                         OperatorsSet, OpQuantizationConfig, QuantizationConfigOptions, QuantizationMethod, Signedness,
+                         TargetPlatformCapabilities, get_target_platform_capabilities)
 
 KERNEL = AttributeQuantizationConfig(weights_quantization_method=QuantizationMethod.SYMMETRIC, weights_n_bits=8,
                                      weights_per_channel_threshold=True, enable_weights_quantization=True)

@@ -2,11 +2,8 @@
 import pytest
 
 from hwquant.tpc.enums import QuantizationMethod
-from hwquant.trainable_infrastructure.config import (
-    TrainableQuantizerActivationConfig,
-    TrainableQuantizerCandidateConfig,
-    TrainableQuantizerWeightsConfig,
-)
+from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,
+                                                     TrainableQuantizerCandidateConfig, TrainableQuantizerWeightsConfig)
 
 
 def weights_kwargs(**over):

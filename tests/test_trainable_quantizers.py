@@ -11,16 +11,10 @@ from hwquant.errors import InvalidConfigError
 from hwquant.torch import trainable as tq
 from hwquant.torch.quantizers import InferableQuantizer, make_inferable_quantizer
 from hwquant.tpc.enums import QuantizationMethod as QM
-from hwquant.trainable_infrastructure import (
-    BasePytorchTrainableQuantizer,
-    QuantizationTarget,
-    TrainableQuantizerActivationConfig,
-    TrainableQuantizerWeightsConfig,
-    TrainingMethod,
-    VariableGroup,
-    get_trainable_quantizer_class,
-    mark_quantizer,
-)
+from hwquant.trainable_infrastructure import (BasePytorchTrainableQuantizer, QuantizationTarget,
+                                              TrainableQuantizerActivationConfig, TrainableQuantizerWeightsConfig,
+                                              TrainingMethod, VariableGroup, get_trainable_quantizer_class,
+                                              mark_quantizer)
 
 W, A = QuantizationTarget.Weights, QuantizationTarget.Activation
 STE, LSQ = TrainingMethod.STE, TrainingMethod.LSQ

@@ -12,12 +12,8 @@ from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import CoreConfig
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.core.node_config import (
-    ActivationQuantizationConfig,
-    NodeQuantizationConfig,
-    NodeWeightsQuantizationConfig,
-    WeightsAttrQuantizationConfig,
-)
+from hwquant.core.node_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
+                                      NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.tpc.schema import AttributeQuantizationConfig, OpQuantizationConfig

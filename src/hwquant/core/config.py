@@ -585,7 +585,7 @@ class CoreConfig(ValidatedConfig):
 class UserInformation:
     """What a quantization run reports back to the user next to the quantized model."""
 
-    input_scale: float = 1
+    input_scale: Union[float, Dict[str, float]] = 1  # one model input: its factor; several: per input
     gptq_info_dict: dict = field(default_factory=dict)
     mixed_precision_cfg: Optional[List[int]] = None
     final_resource_utilization: Optional[ResourceUtilization] = None

@@ -32,11 +32,12 @@ def user_information(state: Any, adapter: Any) -> UserInformation:
         figures = compute_resource_utilization(state.graph, final_config, adapter).get_resource_utilization_dict()
         info.final_resource_utilization = ResourceUtilization(**{
             RU_FIELDS[t]: figures[t] for t in target.get_restricted_targets()})
-    if state.report.get("mixed_precision_choice") is not None:
-        info.mixed_precision_cfg = state.report["mixed_precision_choice"]
-        info.mixed_precision_bit_widths = state.report["mixed_precision"]["bit_widths"]
-    info.float_layers = dict(state.report.get("float_layers") or {})
-    scales = state.report.get("input_scale") or {}
+    report = state.report
+    if report.mixed_precision is not None:
+        info.mixed_precision_cfg = report.mixed_precision.choice
+        info.mixed_precision_bit_widths = report.mixed_precision.bit_widths
+    info.float_layers = dict(report.float_layers)
+    scales = report.input_scale
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)
     return info

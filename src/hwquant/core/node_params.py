@@ -3,7 +3,7 @@ steps the pipeline and the graph corrections (core/passes) share. Both import th
 neither, so the passes need no late imports of the pipeline."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -16,22 +16,21 @@ from hwquant.core.params import activation_quantization_params, weights_quantiza
 from hwquant.core.statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod
 
-if TYPE_CHECKING:
-    from hwquant.core.pipeline import PipelineState
-
 
 def _has_channels(node) -> bool:
     return isinstance(node.output_shape, tuple) and len(node.output_shape) >= 2
 
 
-def collect_statistics(state: "PipelineState", names: List[str], data: Iterable[List[Any]]) -> None:
-    """(Re)collect the statistics of `names` into state.statistics: one pass over `data`. Per-channel
-    figures (for bias correction, shift-negative, equalization) wherever there is a channel axis."""
-    axis = state.adapter.activation_channel_axis
-    fresh = {n: TensorStatistics(channel_axis=axis, per_channel=_has_channels(state.graph.node(n))) for n in names}
-    if names:
-        state.report["calibration_batches"] = state.adapter.collect_statistics(state.graph, fresh, data)
-    state.statistics.update(fresh)
+def collect_statistics(graph: Graph, adapter: FrameworkAdapter, statistics: Dict[str, TensorStatistics],
+                       names: List[str], data: Iterable[List[Any]]) -> int:
+    """(Re)collect the statistics of `names` into `statistics`: one pass over `data`; returns the number
+    of batches. Per-channel figures (for bias correction, shift-negative, equalization) wherever there is a
+    channel axis."""
+    axis = adapter.activation_channel_axis
+    fresh = {n: TensorStatistics(channel_axis=axis, per_channel=_has_channels(graph.node(n))) for n in names}
+    batches = adapter.collect_statistics(graph, fresh, data) if names else 0
+    statistics.update(fresh)
+    return batches
 
 
 def _fixed_range(cfg) -> Dict[str, float]:

@@ -52,30 +52,12 @@ from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hwquant.constants import (
-    LUT_VALUES,
-    LUT_VALUES_BITWIDTH,
-    MAX_N_BITS,
-    MIN_N_BITS,
-    MIN_THRESHOLD,
-    RANGE_MAX,
-    RANGE_MIN,
-    SIGNED,
-    THRESHOLD,
-)
+from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD, RANGE_MAX,
+                               RANGE_MIN, SIGNED, THRESHOLD)
 from hwquant.core.arrays import as_float_array
 from hwquant.core.config import QuantizationErrorMethod
-from hwquant.core.quant_math import (
-    LUT_VALUES_BITWIDTH_KEY,
-    AffineGrid,
-    fake_quantize,
-    fix_range_to_include_zero,
-    grid_range,
-    power_of_two_threshold,
-    quantize,
-    symmetric_grid,
-    uniform_grid,
-)
+from hwquant.core.quant_math import (LUT_VALUES_BITWIDTH_KEY, AffineGrid, fake_quantize, fix_range_to_include_zero,
+                                     grid_range, power_of_two_threshold, quantize, symmetric_grid, uniform_grid)
 from hwquant.core.statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
 from hwquant.core import candidates as cand
-from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.consumer_error import consumer_value_map
 from hwquant.core.float_layers import layers_left_float, log_layers_left_float
-from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph
 from hwquant.core.node_params import collect_statistics, restore_biases, set_activation_params, set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs
@@ -30,32 +27,10 @@ from hwquant.core.passes.linear_collapsing import collapse_linear_layers
 from hwquant.core.passes.relu_bound import bound_relus_to_power_of_2
 from hwquant.core.passes.residual_collapsing import collapse_residuals
 from hwquant.core.passes.shift_negative import apply_shift_negative_correction
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.pipeline_state import PipelineState
 from hwquant.core.tpc_overrides import apply_quantization_config_overrides
-from hwquant.tpc.schema import TargetPlatformCapabilities
 
 log = logging.getLogger("hwquant.pipeline")
-
-
-@dataclass
-class PipelineState:
-    """What the stages hand to each other."""
-
-    graph: Graph
-    core_config: CoreConfig
-    adapter: FrameworkAdapter
-    tpc: TargetPlatformCapabilities
-    fqc: Any = None
-    fused_groups: List[List[str]] = field(default_factory=list)
-    statistics: Dict[str, TensorStatistics] = field(default_factory=dict)
-    report: Dict[str, Any] = field(default_factory=dict)
-    target: Optional[ResourceUtilization] = None  # mixed precision when any figure is restricted
-    # GPTQ's float teacher: a copy of the graph taken before bias correction (which changes biases
-    # for the quantized model only); None unless run_ptq is asked to keep it
-    float_graph: Optional[Graph] = None
-    # the fake-quantized model bias_correction_where_it_helps built for the graph it left (None when it
-    # built none): a facade whose fake-quantized model is its result returns it instead of a rebuild
-    judged_model: Any = None
 
 
 def prepare(state: PipelineState) -> None:
@@ -65,18 +40,18 @@ def prepare(state: PipelineState) -> None:
     state.fqc = adapter.attach(state.tpc, qc.custom_tpc_opset_to_layer)
     # Equalization reads the batch-norms' gamma/beta, so it looks at them before they are folded.
     priors = batch_norm_priors(g, adapter) if qc.activation_channel_equalization else {}
-    state.report["folded_batch_norms"] = fold_batch_norms(g, adapter, priors)
+    state.report.folded_batch_norms = fold_batch_norms(g, adapter, priors)
     if qc.relu_bound_to_power_of_2:
-        state.report["relu_bound"] = bound_relus_to_power_of_2(g, adapter)
+        state.report.relu_bound = bound_relus_to_power_of_2(g, adapter)
     if qc.linear_collapsing:
-        state.report["linear_collapsed"] = collapse_linear_layers(g, adapter, priors)
+        state.report.linear_collapsed = collapse_linear_layers(g, adapter, priors)
     if qc.residual_collapsing:
-        state.report["residual_collapsed"] = collapse_residuals(g, adapter, priors)
+        state.report.residual_collapsed = collapse_residuals(g, adapter, priors)
     cand.assign_candidates(g, state.fqc, state.core_config, adapter)
     state.fused_groups = cand.apply_fusing(g, state.fqc)
-    state.report["float_layer_inputs"] = cand.keep_float_inputs_of_float_layers(g, adapter)
+    state.report.float_layer_inputs = cand.keep_float_inputs_of_float_layers(g, adapter)
     if qc.activation_channel_equalization:
-        state.report["equalized"] = equalize_activation_channels(g, adapter, priors)
+        state.report.equalized = equalize_activation_channels(g, adapter, priors)
     cand.apply_network_editor(g, state.core_config, final=False)
     cand.apply_manual_bit_widths(g, state.core_config, adapter)
     cand.remove_duplicate_candidates(g)
@@ -94,7 +69,8 @@ def calibrate(state: PipelineState, data: Iterable[List[Any]], progress: Callabl
     names = observed_nodes(state.graph)
     # Bias correction also reads the mean of some inputs that are not quantized (e.g. after a flatten).
     names += [n for n in bias_correction_inputs(state.graph, state.adapter) if n not in names]
-    collect_statistics(state, names, progress(data, desc="Statistics collection"))
+    state.report.calibration_batches = collect_statistics(state.graph, state.adapter, state.statistics, names,
+                                                          progress(data, desc="Statistics collection"))
 
 
 def keep_masks_float(state: PipelineState) -> List[str]:
@@ -106,7 +82,7 @@ def keep_masks_float(state: PipelineState) -> List[str]:
         cand.disable_activation_quantization(state.graph.node(name))
     if names:
         log.info("kept float (they hold masking values such as the float32 minimum or -inf): %s", ", ".join(names))
-        state.report["kept_float_masks"] = names
+        state.report.kept_float_masks = names
     return names
 
 
@@ -135,22 +111,23 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
     if state.target is not None and state.target.is_any_restricted():
         from hwquant.core.mixed_precision.selection import select_mixed_precision  # (scipy: only when needed)
         compute_parameters(state, all_candidates=True)  # the sensitivity model quantizes with every candidate
-        state.report["mixed_precision_choice"] = select_mixed_precision(state, state.target, data)
+        state.report.mixed_precision = select_mixed_precision(state.graph, state.adapter,
+                                                              state.core_config.mixed_precision_config, state.target, data)
     cand.apply_network_editor(state.graph, state.core_config, final=True)
     compute_parameters(state)
     qc = state.core_config.quantization_config
     if qc.input_scaling:
-        state.report["input_scaled"] = apply_input_scaling(state)
+        state.report.input_scale = apply_input_scaling(state.graph, state.adapter, state.statistics)
     if qc.shift_negative_activation_correction:
-        state.report["shift_negative"] = apply_shift_negative_correction(state, data)
+        state.report.shift_negative = apply_shift_negative_correction(state.graph, state.adapter, state.statistics,
+                                                                      state.fqc, state.fused_groups, data)
     if keep_float_graph:  # (GPTQ: it corrects the biases again after training, its own way)
         state.float_graph = copy.deepcopy(state.graph)
-        state.report["bias_corrected"] = apply_bias_correction(state)
+        state.report.bias_corrected = apply_bias_correction(state.graph, state.adapter, state.statistics)
     else:
-        state.report["bias_corrected"] = bias_correction_where_it_helps(state, data)
-    state.report["float_layers"] = layers_left_float(state.graph, state.adapter,
-                                                     qc.quantize_recurrent_and_embedding_weights)
-    log_layers_left_float(state.report["float_layers"])
+        state.report.bias_corrected = bias_correction_where_it_helps(state, data)
+    state.report.float_layers = layers_left_float(state.graph, state.adapter, qc.quantize_recurrent_and_embedding_weights)
+    log_layers_left_float(state.report.float_layers)
     return state
 
 
@@ -166,10 +143,10 @@ def bias_correction_where_it_helps(state: PipelineState, data: Iterable[List[Any
     in the quantized model the activation quantizers add mean errors of their own, which the
     uncorrected kernels' happened to offset on some nets (MTCNN O-Net, 64 held-out faces: 35.0 dB
     without, 33.9 dB with; on EfficientNet-Lite0 it is worth 4 dB). Returns the layers corrected
-    (0 when it was undone); the two errors go to state.report["bias_correction_error"]."""
+    (0 when it was undone); the two errors go to the report's bias_correction_error."""
     adapter = state.adapter
     before = _biases(state)
-    corrected = apply_bias_correction(state)
+    corrected = apply_bias_correction(state.graph, adapter, state.statistics)
     if not corrected:  # (no model is built when there is nothing to judge)
         return 0
     after = _biases(state)
@@ -177,7 +154,7 @@ def bias_correction_where_it_helps(state: PipelineState, data: Iterable[List[Any
     restore_biases(state.graph, adapter, before)
     reference, without = adapter.build(state.graph, quantized=False), adapter.fake_quantized_model(state.graph)
     errors = adapter.relative_output_errors(reference, [without, with_correction], data, BIAS_CORRECTION_JUDGE_SAMPLES)
-    state.report["bias_correction_error"] = {"without": errors[0], "with": errors[1]}
+    state.report.bias_correction_error = {"without": errors[0], "with": errors[1]}
     if errors[0] < errors[1]:
         log.info("bias correction undone: the output error on the representative data is %.3g without it, %.3g "
                  "with it", errors[0], errors[1])

@@ -20,17 +20,8 @@ from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
-from hwquant.constants import (
-    LUT_VALUES,
-    LUT_VALUES_BITWIDTH,
-    MAX_N_BITS,
-    MIN_N_BITS,
-    MIN_THRESHOLD,
-    RANGE_MAX,
-    RANGE_MIN,
-    SIGNED,
-    THRESHOLD,
-)
+from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD, RANGE_MAX,
+                               RANGE_MIN, SIGNED, THRESHOLD)
 
 # Params-dict key of the LUT values bit width (constants.LUT_VALUES_BITWIDTH is its default).
 LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"
@@ -196,7 +187,7 @@ def _check_param(value, name: str, axis, positive: bool = False):
     return float(a.reshape(())) if axis is None else np.atleast_1d(a)
 
 
-def _check_range(range_min, range_max, axis):
+def _check_range(range_min, range_max, axis) -> Tuple[Any, Any]:
     lo, hi = _check_param(range_min, "range_min", axis), _check_param(range_max, "range_max", axis)
     if axis is not None:
         lo, hi = (np.array(v) for v in np.broadcast_arrays(lo, hi))

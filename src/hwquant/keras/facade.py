@@ -16,7 +16,7 @@ log = logging.getLogger("hwquant.keras")
 
 
 def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_config: Any, tpc_source: Any):
-    from hwquant.core.pipeline import PipelineState
+    from hwquant.core.pipeline_state import PipelineState
     from hwquant.keras.adapter import KerasAdapter
     from hwquant.keras.capture import capture
     from hwquant.keras.data import KerasRepresentativeData

@@ -20,14 +20,8 @@ from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.builder import build_model, set_layer_weights
 from hwquant.keras.gradients import gradients
-from hwquant.keras.quantized_model import (
-    HOLDER_SUFFIX,
-    QuantizationBlocks,
-    activation_quantizer,
-    build_quantized_model,
-    quantized_weights,
-    weight_quantizers,
-)
+from hwquant.keras.quantized_model import (HOLDER_SUFFIX, QuantizationBlocks, activation_quantizer,
+                                           build_quantized_model, quantized_weights, weight_quantizers)
 
 
 class _SwappableActivation(keras.layers.Layer):

@@ -11,12 +11,8 @@ import numpy as np
 
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.keras.builder import build_model
-from hwquant.keras.quantizers import (
-    KerasActivationQuantizationHolder,
-    KerasInferableQuantizer,
-    KerasQuantizationWrapper,
-    make_quantizer,
-)
+from hwquant.keras.quantizers import (KerasActivationQuantizationHolder, KerasInferableQuantizer,
+                                      KerasQuantizationWrapper, make_quantizer)
 
 HOLDER_SUFFIX = "_activation_holder_quantizer"
 

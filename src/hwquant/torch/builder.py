@@ -20,12 +20,8 @@ from torch import nn
 
 from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
 from hwquant.core.integer_accumulation import input_grid
-from hwquant.torch.quantizers import (
-    InferableQuantizer,
-    PytorchActivationQuantizationHolder,
-    PytorchQuantizationWrapper,
-    make_inferable_quantizer,
-)
+from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder,
+                                      PytorchQuantizationWrapper, make_inferable_quantizer)
 
 
 def _attr_name(name: str) -> str:

@@ -10,14 +10,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from hwquant.core.model_metadata import metadata_strings
 from hwquant.errors import ExportError
-from hwquant.exporter.formats import (
-    DEFAULT_ONNX_OPSET_VERSION,
-    MIN_ONNX_OPSET_VERSION,
-    PytorchExportSerializationFormat,
-    QuantizationFormat,
-    as_format,
-    check_pytorch_combination,
-)
+from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, MIN_ONNX_OPSET_VERSION,
+                                      PytorchExportSerializationFormat, QuantizationFormat, as_format,
+                                      check_pytorch_combination)
 from hwquant.fileio import atomic_write
 
 log = logging.getLogger("hwquant.exporter")

@@ -45,7 +45,7 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
     log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
              state.graph.name, time.perf_counter() - start, len(state.fused_groups),
-             state.report.get("folded_batch_norms", 0))
+             state.report.folded_batch_norms)
     return model, user_information(state, session.adapter)
 
 

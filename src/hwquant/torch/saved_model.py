@@ -46,13 +46,8 @@ from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
 from hwquant.torch import load_allowlist as allowlist
 from hwquant.torch.metadata import attach_metadata, read_metadata
-from hwquant.torch.quantizers import (
-    InferableQuantizer,
-    PytorchActivationQuantizationHolder,
-    PytorchQuantizationWrapper,
-    make_inferable_quantizer,
-    quantizer_slots,
-)
+from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder,
+                                      PytorchQuantizationWrapper, make_inferable_quantizer, quantizer_slots)
 
 FORMAT = "hwquant.quantized_model"
 VERSION = 1

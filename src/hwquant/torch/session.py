@@ -10,7 +10,7 @@ import torch
 
 from hwquant.core.config import CoreConfig
 from hwquant.core.graph import Graph
-from hwquant.core.pipeline import PipelineState
+from hwquant.core.pipeline_state import PipelineState
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.capture import capture

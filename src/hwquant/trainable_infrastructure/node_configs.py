@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from hwquant.core.graph import Node
-from hwquant.trainable_infrastructure.config import (
-    TrainableQuantizerActivationConfig,
-    TrainableQuantizerCandidateConfig,
-    TrainableQuantizerWeightsConfig,
-)
+from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,
+                                                     TrainableQuantizerCandidateConfig, TrainableQuantizerWeightsConfig)
 
 
 def _weights_candidates(node: Node, attr: str) -> Optional[List[TrainableQuantizerCandidateConfig]]:

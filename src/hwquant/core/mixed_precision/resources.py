@@ -18,15 +18,8 @@ from typing import Callable, Dict, List, Sequence, Tuple
 
 from hwquant.core.config import RUTarget
 from hwquant.core.graph import Graph, Node
-from hwquant.core.resource_utilization import (
-    activation_elements,
-    bits_source,
-    kernel_bits,
-    kernel_macs,
-    live_sets,
-    node_activation_bits,
-    node_weights_bytes,
-)
+from hwquant.core.resource_utilization import (activation_elements, bits_source, kernel_bits, kernel_macs, live_sets,
+                                               node_activation_bits, node_weights_bytes)
 
 Var = Tuple[int, int]  # (configurable node index, candidate index)
 

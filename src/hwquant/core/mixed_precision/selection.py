@@ -15,10 +15,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
-from hwquant.core.config import RU_FIELDS, ResourceUtilization, RUTarget
+from hwquant.core.config import RU_FIELDS, MixedPrecisionQuantizationConfig, ResourceUtilization, RUTarget
+from hwquant.core.framework_adapter import FrameworkAdapter
+from hwquant.core.graph import Graph
 from hwquant.core.mixed_precision.measurement import candidate_sensitivity
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import fits, minimum, monotone, refine, search
+from hwquant.core.pipeline_state import MixedPrecisionResult
 from hwquant.core.resource_utilization import max_bits_config
 from hwquant.errors import InvalidConfigError
 
@@ -40,11 +43,10 @@ def _unreachable(targets: Dict[RUTarget, float], minima: Dict[RUTarget, float], 
                               "TPC's options (mixed-precision candidates)")
 
 
-def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sensitivity: Any) -> Optional[List[int]]:
-    """Set the final config of every configurable node; returns the chosen candidate indices (None when
-    no node has a choice left). `state` is the pipeline state."""
-    graph, adapter = state.graph, state.adapter
-    mp = state.core_config.mixed_precision_config
+def select_mixed_precision(graph: Graph, adapter: FrameworkAdapter, mp: MixedPrecisionQuantizationConfig,
+                           target: ResourceUtilization, data_for_sensitivity: Any) -> Optional[MixedPrecisionResult]:
+    """Set the final config of every configurable node; returns the choice, its bit widths and figures
+    (None when no node has a choice left)."""
     targets = target.get_resource_utilization_dict(restricted_only=True)
     keep_base_bits(graph, target, adapter.kernel_attr)
     configurable = [n for n in graph if len(n.candidates) > 1]
@@ -77,10 +79,8 @@ def select_mixed_precision(state: Any, target: ResourceUtilization, data_for_sen
             choice = refine(model, choice, sensitivity, targets)
     for node, c in zip(configurable, choice):
         node.final_config = node.candidates[c].clone()
-    state.report["mixed_precision"] = {"choice": choice, "bit_widths": {n.name: n.candidates[c].bit_widths()
-                                                                           for n, c in zip(configurable, choice)},
-                                       "figures": {t.name: v for t, v in model.figures(choice).items()}}
-    return choice
+    return MixedPrecisionResult(choice, {n.name: n.candidates[c].bit_widths() for n, c in zip(configurable, choice)},
+                                {t.name: v for t, v in model.figures(choice).items()})
 
 
 def keep_base_bits(graph: Any, target: ResourceUtilization, kernel_attr: Any) -> None:

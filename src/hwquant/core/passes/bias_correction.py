@@ -17,7 +17,7 @@ observed during calibration, which `bias_correction_inputs` lists. Q(W) is compu
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -25,9 +25,7 @@ from hwquant.core import quant_math
 from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
 from hwquant.core.graph import Graph, Node
 from hwquant.core.node_params import add_to_bias
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hwquant.core.pipeline import PipelineState
+from hwquant.core.statistics import TensorStatistics
 
 
 def _kernel_config(node: Node, config, adapter: FrameworkAdapter):
@@ -71,34 +69,36 @@ def output_mean_shift(error: np.ndarray, g: LinearGeometry, mu: np.ndarray) -> n
     return out / float(np.prod(g.stride or (1,)))
 
 
-def _input_mean(state: "PipelineState", node: Node, g: LinearGeometry) -> Optional[np.ndarray]:
+def _input_mean(graph: Graph, adapter: FrameworkAdapter, statistics: Dict[str, TensorStatistics], node: Node,
+                g: LinearGeometry) -> Optional[np.ndarray]:
     if len(node.inputs) != 1:
         return None
-    stats = state.statistics.get(node.inputs[0])
+    stats = statistics.get(node.inputs[0])
     if stats is None or not stats.per_channel or stats.count == 0:
         return None
-    shape = state.graph.node(node.inputs[0]).output_shape
+    shape = graph.node(node.inputs[0]).output_shape
     if g.is_dense and not (isinstance(shape, tuple) and len(shape) >= 2
-                           and state.adapter.activation_channel_axis % len(shape) == len(shape) - 1):
+                           and adapter.activation_channel_axis % len(shape) == len(shape) - 1):
         return None  # a dense layer reads the last axis: the statistics must be per that axis
     mu = np.asarray(stats.channel_mean, np.float64)
     return mu if mu.shape == (g.in_channels,) else None
 
 
-def apply_bias_correction(state: "PipelineState", quantized_kernels: Optional[Dict[str, np.ndarray]] = None) -> int:
+def apply_bias_correction(graph: Graph, adapter: FrameworkAdapter, statistics: Dict[str, TensorStatistics],
+                          quantized_kernels: Optional[Dict[str, np.ndarray]] = None) -> int:
     """Correct the bias of every layer whose final config has weights_bias_correction and a
     quantized kernel with parameters, and whose input has per-channel statistics; returns how many
     layers were corrected. Needs the final configs' weights quantization parameters.
     ``quantized_kernels`` ({node name: Q(W)}) gives kernels not rounded to nearest (GPTQ's learned
     rounding); the others are quantized with their final config."""
 
-    adapter, corrected = state.adapter, 0
-    for node in state.graph:
+    corrected = 0
+    for node in graph:
         wc = _kernel_config(node, node.final_config, adapter)
         g = adapter.linear_geometry(node)
         if wc is None or g is None or not wc.weights_quantization_params:
             continue
-        mu = _input_mean(state, node, g)
+        mu = _input_mean(graph, adapter, statistics, node, g)
         kernel_attr, bias_attr = adapter.kernel_attr(node), adapter.bias_attr(node)
         if mu is None or bias_attr is None:
             continue

@@ -6,7 +6,7 @@ leads to a linear layer (convolution, transposed convolution, dense), possibly t
 padding / pooling / dropout, the input can be scaled by s = t / m to fill the grid: each of those
 layers' kernels is multiplied by m / t, so the float function of the scaled input is unchanged.
 As in MCT, the scaling itself is not put into the model: the quantized model expects its input
-multiplied by s, which `state.report["input_scale"]` records per input (MCT reports it as
+multiplied by s, which the run's report (`PipelineReport.input_scale`) records per input (MCT reports it as
 UserInformation.input_scale) for the caller to apply in pre-processing.
 
 Where input scaling cannot be applied exactly (the input feeds a non-linear op, a model output, or
@@ -20,7 +20,7 @@ sees the scaled input mean).
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, List
+from typing import Dict, List
 
 from hwquant.constants import THRESHOLD
 from hwquant.core.framework_adapter import FrameworkAdapter
@@ -29,9 +29,6 @@ from hwquant.core.node_params import set_weights_params
 from hwquant.core.statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hwquant.core.pipeline import PipelineState
 
 _THRESHOLD_METHODS = (QuantizationMethod.POWER_OF_TWO, QuantizationMethod.SYMMETRIC)
 
@@ -100,12 +97,12 @@ def scale_statistics(stats: TensorStatistics, factor: float) -> TensorStatistics
     return out
 
 
-def apply_input_scaling(state: "PipelineState") -> int:
+def apply_input_scaling(graph: Graph, adapter: FrameworkAdapter,
+                        statistics: Dict[str, TensorStatistics]) -> Dict[str, float]:
     """Scale every quantized input whose threshold exceeds its data range (see the module
-    docstring); returns how many inputs were scaled. Apply when QuantizationConfig.input_scaling
-    is set."""
-
-    graph, adapter, scaled = state.graph, state.adapter, 0
+    docstring); returns {input: the factor its data is multiplied by} for the inputs scaled. Apply when
+    QuantizationConfig.input_scaling is set."""
+    scales: Dict[str, float] = {}
     for inp in graph.input_nodes:
         cfg = inp.final_config
         if cfg is None or not cfg.activation_quantization_cfg.quantized:
@@ -118,7 +115,7 @@ def apply_input_scaling(state: "PipelineState") -> int:
                 f"input_scaling=True: input '{inp.name}' is quantized with {a.activation_quantization_method.name}, "
                 f"which has no threshold to fill; input scaling applies to POWER_OF_TWO and SYMMETRIC input "
                 f"quantizers. Set QuantizationConfig(input_scaling=False)")
-        stats = state.statistics.get(inp.name)
+        stats = statistics.get(inp.name)
         if stats is None or stats.count == 0:
             continue
         reach = max(abs(stats.min), abs(stats.max))
@@ -134,8 +131,7 @@ def apply_input_scaling(state: "PipelineState") -> int:
                 if c is not None and any(wc.weights_quantization_params
                                          for wc in c.weights_quantization_cfg.attrs.values()):
                     set_weights_params(c, layer.weights)
-        state.statistics[inp.name] = scale_statistics(stats, 1.0 / factor)
-        state.report.setdefault("input_scale", {})[inp.name] = 1.0 / factor
-        scaled += 1
-    return scaled
+        statistics[inp.name] = scale_statistics(stats, 1.0 / factor)
+        scales[inp.name] = 1.0 / factor
+    return scales
 

@@ -47,20 +47,18 @@ import copy
 import dataclasses
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from hwquant.constants import IMX500_TPC, SIGNED, THRESHOLD
-from hwquant.core.framework_adapter import spatial_axes
-from hwquant.core.graph import Node
+from hwquant.core.framework_adapter import FrameworkAdapter, spatial_axes
+from hwquant.core.graph import Graph, Node
 from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
 from hwquant.core.node_params import collect_statistics, set_activation_params, set_weights_params
 from hwquant.core.passes.linear_collapsing import single_reader
+from hwquant.core.statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod, Signedness
-
-if TYPE_CHECKING:  # pragma: no cover
-    from hwquant.core.pipeline import PipelineState
 
 log = logging.getLogger("hwquant.passes")
 
@@ -95,8 +93,18 @@ def shift_value(minimum: float, threshold: float, n_bits: int) -> Optional[float
     return None if k > 2 ** n_bits - 1 else k * lsb
 
 
-def _plan(state: "PipelineState", act: Node) -> Optional[_Plan]:
-    graph, adapter = state.graph, state.adapter
+@dataclasses.dataclass
+class _Context:
+    """What the pass reads and changes."""
+    graph: Graph
+    adapter: FrameworkAdapter
+    statistics: Dict[str, TensorStatistics]
+    fqc: Any  # the attached TPC (None: every operator allowed)
+    fused_groups: List[List[str]]
+
+
+def _plan(ctx: _Context, act: Node) -> Optional[_Plan]:
+    graph, adapter = ctx.graph, ctx.adapter
     info = adapter.activation_info(act)
     cfg = act.final_config
     if info is None or info.name not in SNC_ACTIVATIONS or cfg is None:
@@ -105,7 +113,7 @@ def _plan(state: "PipelineState", act: Node) -> Optional[_Plan]:
     if not (a.quantized and a.shift_negative_activation_correction and a.fixed_scale is None
             and a.activation_quantization_method in _SHIFTABLE_METHODS):
         return None
-    stats, t = state.statistics.get(act.name), a.activation_quantization_params.get(THRESHOLD)
+    stats, t = ctx.statistics.get(act.name), a.activation_quantization_params.get(THRESHOLD)
     if stats is None or stats.count == 0 or t is None:
         return None
     t = float(t)
@@ -127,22 +135,22 @@ def _plan(state: "PipelineState", act: Node) -> Optional[_Plan]:
     return _Plan(act, bypass, node, shift, t)
 
 
-def _tpc_allows(state: "PipelineState", node: Node, n_bits: int) -> bool:
+def _tpc_allows(ctx: _Context, node: Node, n_bits: int) -> bool:
     """Whether the TPC quantizes the new node's operator with the activation's bit width (MCT
     requires it of the Add); True when there is no attached TPC."""
-    if state.fqc is None:
+    if ctx.fqc is None:
         return True
-    qco = state.fqc.get_qco(node.type, node.framework_attr)
+    qco = ctx.fqc.get_qco(node.type, node.framework_attr)
     return any(o.enable_activation_quantization and o.activation_n_bits == n_bits
                for o in qco.quantization_configurations)
 
 
-def _needs_quantized_output(state: "PipelineState") -> bool:
-    return state.fqc is not None and state.fqc.tpc.tpc_platform_type in _QUANTIZED_KERNEL_OUTPUT_PLATFORMS
+def _needs_quantized_output(ctx: _Context) -> bool:
+    return ctx.fqc is not None and ctx.fqc.tpc.tpc_platform_type in _QUANTIZED_KERNEL_OUTPUT_PLATFORMS
 
 
-def _offers_near_float_bits(state: "PipelineState", act: Node) -> bool:
-    qco = state.fqc.get_qco(act.type, act.framework_attr)
+def _offers_near_float_bits(ctx: _Context, act: Node) -> bool:
+    qco = ctx.fqc.get_qco(act.type, act.framework_attr)
     return any(o.enable_activation_quantization and o.activation_n_bits == NEAR_FLOAT_BITS
                for o in qco.quantization_configurations)
 
@@ -155,11 +163,11 @@ def _new_config(template: NodeQuantizationConfig, quantized: bool) -> NodeQuanti
         min_threshold=template.weights_quantization_cfg.min_threshold), op_config=None)
 
 
-def _set_configs(node: Node, config: NodeQuantizationConfig, state: "PipelineState") -> None:
+def _set_configs(node: Node, config: NodeQuantizationConfig, ctx: _Context) -> None:
     node.candidates = [config]
     node.final_config = config.clone()
-    if state.fqc is not None:
-        node.opset = state.fqc.opset_of(node.type, node.framework_attr)
+    if ctx.fqc is not None:
+        node.opset = ctx.fqc.opset_of(node.type, node.framework_attr)
 
 
 def _padded_shape(shape: Any, padding, channel_axis: int) -> Any:
@@ -171,8 +179,8 @@ def _padded_shape(shape: Any, padding, channel_axis: int) -> Any:
     return tuple(out)
 
 
-def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
-    graph, adapter = state.graph, state.adapter
+def _apply(ctx: _Context, plan: _Plan) -> Tuple[Node, Optional[Node]]:
+    graph, adapter = ctx.graph, ctx.adapter
     act, layer, c = plan.act, plan.layer, plan.shift
     # 1. act -> add(c)
     add = adapter.add_constant_node(graph.unique_name(f"{act.name}_shift"), act.name, c, act.output_shape)
@@ -181,7 +189,7 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
     add_cfg.activation_quantization_cfg.signedness = Signedness.UNSIGNED
     add_cfg.activation_quantization_cfg.activation_quantization_params = {THRESHOLD: plan.threshold, SIGNED: False}
     graph.insert_after(act, add)
-    _set_configs(add, add_cfg, state)
+    _set_configs(add, add_cfg, ctx)
     # 2. the layer absorbs the shift; a zero padding moves into a pad node of value c
     g, pad = adapter.linear_geometry(layer), None
     kernel_attr, bias_attr = adapter.kernel_attr(layer), adapter.bias_attr(layer)
@@ -199,7 +207,7 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
                                _padded_shape(reader_of.output_shape, g.padding, adapter.activation_channel_axis))
         pad.module_path = layer.module_path
         graph.insert_after(reader_of, pad)
-        _set_configs(pad, _new_config(act.final_config, quantized=False), state)
+        _set_configs(pad, _new_config(act.final_config, quantized=False), ctx)
         g = dataclasses.replace(g, padding=tuple((0, 0) for _ in g.padding))
         adapter.set_linear_layer(layer, w, new_bias, g)
     elif bias is None:
@@ -208,7 +216,7 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
         assert bias_attr is not None  # the bias was found under it
         layer.set_weight(bias_attr, new_bias)
     # 3. the activation's own output: kept quantized where the target needs it, else fused into the add
-    if _needs_quantized_output(state):
+    if _needs_quantized_output(ctx):
         # its parameters stay those computed for its own width, as MCT keeps them: recomputed for 16 bits they
         # lost 2.1 dB of output SQNR on PP-OCR's hard-swish classifier (benchmarks/run_snc_imx500.py)
         for cfg in [*act.candidates, act.final_config]:
@@ -221,21 +229,21 @@ def _apply(state: "PipelineState", plan: _Plan) -> Tuple[Node, Optional[Node]]:
         if node.fused_into == act.name:
             node.fused_into = add.name
     act.fused_into = add.name
-    group = next((grp for grp in state.fused_groups if act.name in grp), None)
+    group = next((grp for grp in ctx.fused_groups if act.name in grp), None)
     if group is not None:
         group.insert(group.index(act.name) + 1, add.name)
     else:
-        state.fused_groups.append([act.name, add.name])
+        ctx.fused_groups.append([act.name, add.name])
     return add, pad
 
 
-def _shift_statistics(state: "PipelineState", plan: _Plan, add: Node, pad: Optional[Node],
+def _shift_statistics(ctx: _Context, plan: _Plan, add: Node, pad: Optional[Node],
                       uniform_shapes: bool) -> List[str]:
     """The statistics of the tensors the shift created or moved, derived from those collected (the
     add and the bypass ops hold x + c; a pad node also its border of c), so that no pass over the
     data is needed. Returns the names that could not be derived (to collect from data): a pad
     whose border size varies (calibration batches of several sizes) or whose input was not observed."""
-    stats, c = state.statistics, plan.shift
+    stats, c = ctx.statistics, plan.shift
     stats[add.name] = stats[plan.act.name].shifted(c)
     for node in plan.bypass:
         if node.name in stats:
@@ -243,66 +251,69 @@ def _shift_statistics(state: "PipelineState", plan: _Plan, add: Node, pad: Optio
     if pad is None:
         return []
     source = stats.get(pad.inputs[0])
-    shape_in, shape_out = state.graph.node(pad.inputs[0]).output_shape, pad.output_shape
+    shape_in, shape_out = ctx.graph.node(pad.inputs[0]).output_shape, pad.output_shape
     if not (uniform_shapes and source is not None and source.count
             and isinstance(shape_in, tuple) and isinstance(shape_out, tuple) and len(shape_in) == len(shape_out) > 2
             and all(isinstance(d, int) for d in shape_in[1:] + shape_out[1:])):
         return [pad.name]
-    spatial = spatial_axes(len(shape_in), state.adapter.activation_channel_axis)
-    channels = shape_in[state.adapter.activation_channel_axis]
+    spatial = spatial_axes(len(shape_in), ctx.adapter.activation_channel_axis)
+    channels = shape_in[ctx.adapter.activation_channel_axis]
     area_in, area_out = (math.prod(shape[a] for a in spatial) for shape in (shape_in, shape_out))
     samples = source.count // channels // area_in
     stats[pad.name] = source.shifted(0.0).add_constant(c, samples * channels * (area_out - area_in))
     return []
 
 
-def apply_shift_negative_correction(state: "PipelineState", data: Iterable[List[Any]]) -> int:
+def apply_shift_negative_correction(graph: Graph, adapter: FrameworkAdapter, statistics: Dict[str, TensorStatistics],
+                                    fqc: Any, fused_groups: List[List[str]], data: Iterable[List[Any]]) -> int:
     """Shift every eligible activation (see the module docstring); returns how many. `data` is the
     representative data, iterated once more only for a pad whose statistics cannot be derived
-    (see _shift_statistics). Needs the final configs' activation parameters."""
+    (see _shift_statistics). Needs the final configs' activation parameters; adds the shifting nodes to
+    ``fused_groups`` and their statistics to ``statistics``."""
+    ctx = _Context(graph, adapter, statistics, fqc, fused_groups)
 
     adds, bypassed, layers, recollect, no_wide_grid = [], [], [], [], []
-    for act in state.graph:
-        plan = _plan(state, act)
+    for act in ctx.graph:
+        plan = _plan(ctx, act)
         if plan is None:
             continue
         n_bits = act.final_config.activation_quantization_cfg.activation_n_bits
-        probe = state.adapter.add_constant_node("probe", act.name, plan.shift, act.output_shape)
-        if not _tpc_allows(state, probe, n_bits):
+        probe = ctx.adapter.add_constant_node("probe", act.name, plan.shift, act.output_shape)
+        if not _tpc_allows(ctx, probe, n_bits):
             log.info("shift-negative correction skips '%s': the TPC does not quantize its Add with %d bits",
                      act.name, n_bits)
             continue
-        if _needs_quantized_output(state) and not _offers_near_float_bits(state, act):
+        if _needs_quantized_output(ctx) and not _offers_near_float_bits(ctx, act):
             no_wide_grid.append(act.name)  # its output stays quantized at its own width: the shift gains nothing
             continue
-        add, pad = _apply(state, plan)
+        add, pad = _apply(ctx, plan)
         adds.append(add)
         bypassed += [n for n in plan.bypass if n.final_config is not None
                      and n.final_config.activation_quantization_cfg.quantized]
         layers.append(plan.layer)
-        recollect += _shift_statistics(state, plan, add, pad, getattr(data, "uniform_shapes", False))
+        recollect += _shift_statistics(ctx, plan, add, pad, getattr(data, "uniform_shapes", False))
     if no_wide_grid:
         log.info("shift-negative correction skips %d activation(s) (%s): platform '%s' needs their output quantized "
                  "and the TPC offers no %d-bit activation for them", len(no_wide_grid),
                  ", ".join(no_wide_grid[:5]) + (" ..." if len(no_wide_grid) > 5 else ""),
-                 state.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
+                 ctx.fqc.tpc.tpc_platform_type, NEAR_FLOAT_BITS)
     if not adds:
         return 0
-    if _needs_quantized_output(state):  # then _apply kept every shifted activation's output at 16 bits
+    if _needs_quantized_output(ctx):  # then _apply kept every shifted activation's output at 16 bits
         log.info("shift-negative correction keeps the output of %d of %d shifted activations quantized (%d bits): "
                  "platform '%s' needs every kernel's output quantized", len(adds), len(adds), NEAR_FLOAT_BITS,
-                 state.fqc.tpc.tpc_platform_type)
+                 ctx.fqc.tpc.tpc_platform_type)
     if recollect:
-        collect_statistics(state, recollect, data)
+        collect_statistics(ctx.graph, ctx.adapter, ctx.statistics, recollect, data)
     for add in adds:
         a = add.final_config.activation_quantization_cfg
         if a.shift_negative_threshold_recalculation:
-            set_activation_params(add.final_config, state.statistics[add.name])
+            set_activation_params(add.final_config, ctx.statistics[add.name])
             add.candidates = [add.final_config.clone()]
     for node in bypassed:
-        set_activation_params(node.final_config, state.statistics[node.name])
+        set_activation_params(node.final_config, ctx.statistics[node.name])
     for layer in layers:
-        bias_cfg = layer.final_config.weights_quantization_cfg.attrs.get(state.adapter.bias_attr(layer)) \
+        bias_cfg = layer.final_config.weights_quantization_cfg.attrs.get(ctx.adapter.bias_attr(layer)) \
             if layer.final_config is not None else None
         if bias_cfg is not None and bias_cfg.enable_weights_quantization:
             set_weights_params(layer.final_config, layer.weights)

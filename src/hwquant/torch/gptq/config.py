@@ -6,12 +6,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from hwquant.gptq.config import (
-    ACT_HESSIAN_DEFAULT_BATCH_SIZE,
-    GPTQHessianScoresConfig,
-    GradientPTQConfig,
-    GradualActivationQuantizationConfig,
-)
+from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, GPTQHessianScoresConfig, GradientPTQConfig,
+                                 GradualActivationQuantizationConfig)
 
 LR_DEFAULT = 3e-2        # the rounding variables
 LR_REST_DEFAULT = 1e-4   # the quantizers' other parameters

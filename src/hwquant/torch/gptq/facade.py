@@ -22,13 +22,6 @@ from hwquant.torch.metadata import attach_metadata
 log = logging.getLogger("hwquant.gptq")
 
 
-def _analytic_correction(state: Any, graph: Any, kernels: Any) -> int:
-    """PTQ's bias correction (its calibration statistics) on ``graph`` for the learned ``kernels``."""
-    ptq_graph, state.graph = state.graph, graph
-    try:
-        return apply_bias_correction(state, quantized_kernels=kernels)
-    finally:
-        state.graph = ptq_graph
 
 
 def pytorch_gradient_post_training_quantization(
@@ -72,9 +65,10 @@ def pytorch_gradient_post_training_quantization(
                                     "gptq_representative_data_gen")
         samples, batch_size = training_samples(batches)
         info_dict = gptq_train(state.float_graph, TorchGPTQBackend(adapter), gptq_config, samples, batch_size,
-                               analytic_correction=lambda graph, kernels: _analytic_correction(state, graph, kernels))
+                               analytic_correction=lambda graph, kernels: apply_bias_correction(
+                                   graph, adapter, state.statistics, quantized_kernels=kernels))
         state.graph, state.float_graph = state.float_graph, None
-        state.report["bias_corrected"] = len(info_dict["bias_corrected"])
+        state.report.bias_corrected = len(info_dict["bias_corrected"])
     quantized = adapter.build(state.graph, quantized=True).eval()
     attach_metadata(quantized, quantization_metadata(session.state.tpc, core_config, "pytorch",
                                                      "gptq" if gptq_config is not None else "ptq"))

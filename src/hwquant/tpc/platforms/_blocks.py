@@ -4,14 +4,8 @@ from __future__ import annotations
 from typing import Dict, Optional, Sequence, Tuple
 
 from hwquant.tpc.enums import QuantizationMethod, Signedness
-from hwquant.tpc.schema import (
-    AttributeQuantizationConfig,
-    Fusing,
-    OperatorSetGroup,
-    OperatorsSet,
-    OpQuantizationConfig,
-    QuantizationConfigOptions,
-)
+from hwquant.tpc.schema import (AttributeQuantizationConfig, Fusing, OperatorSetGroup, OperatorsSet,
+                                OpQuantizationConfig, QuantizationConfigOptions)
 
 
 def attr(method: QuantizationMethod, n_bits: int, per_channel: bool, enabled: bool) -> AttributeQuantizationConfig:
