@@ -30,8 +30,8 @@ LUT_VALUES_BITWIDTH_KEY = "lut_values_bitwidth"
 # ----------------------------------------------------------------------------- array namespaces
 class ArrayNamespace:
     """The operations this module applies, for one array library (this base class: numpy)."""
-    name = "numpy"
-    module: Any = np  # the library's own functions, for the lookup-table search (numpy and torch only)
+    ops: Any = np  # the library's own functions named round, floor, clip, where, zeros_like, reshape
+    module: Any = np  # the lookup-table search's library (numpy and torch only)
 
     def owns(self, x) -> bool:
         return isinstance(x, (np.ndarray, np.generic))
@@ -53,30 +53,30 @@ class ArrayNamespace:
         type keeps its gradient)."""
         return _to_numpy(value).astype(like.dtype, copy=False)
 
-    def reshape(self, p, shape):
-        return p.reshape(shape)
-
-    def round(self, x):
-        return np.round(x)
-
-    def floor(self, x):
-        return np.floor(x)
-
-    def clip(self, x, lo, hi):
-        return np.clip(x, lo, hi)
-
-    def where(self, condition, a, b):
-        return np.where(condition, a, b)
-
-    def zeros_like(self, x):
-        return np.zeros_like(x)
-
     def astype(self, x, dtype: str):
         """``x`` as the float type named ``dtype`` ("float32", "float64")."""
         return np.asarray(x).astype(dtype)
 
     def broadcast_to(self, x, shape):
         return np.broadcast_to(x, shape).copy()
+
+    def reshape(self, p, shape):
+        return self.ops.reshape(p, shape)
+
+    def round(self, x):
+        return self.ops.round(x)
+
+    def floor(self, x):
+        return self.ops.floor(x)
+
+    def clip(self, x, lo, hi):
+        return self.ops.clip(x, lo, hi)
+
+    def where(self, condition, a, b):
+        return self.ops.where(condition, a, b)
+
+    def zeros_like(self, x):
+        return self.ops.zeros_like(x)
 
     def sum_to(self, t, like, axis: Optional[int]):
         """A gradient of x's shape summed down to a per-tensor / per-channel parameter's shape."""

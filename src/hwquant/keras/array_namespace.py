@@ -19,7 +19,7 @@ def _dtype(x) -> str:
 
 
 class KerasNamespace(quant_math.ArrayNamespace):
-    name = "keras"
+    ops = keras.ops
     module = None  # no lookup-table search on Keras tensors (their quantizers run it in numpy)
 
     def owns(self, x) -> bool:
@@ -43,24 +43,6 @@ class KerasNamespace(quant_math.ArrayNamespace):
         if isinstance(value, keras.Variable) or ops.is_tensor(value) or isinstance(value, keras.KerasTensor):
             return ops.cast(value, _dtype(like))
         return ops.convert_to_tensor(np.asarray(quant_math._to_numpy(value)), dtype=_dtype(like))
-
-    def reshape(self, p, shape):
-        return ops.reshape(p, shape)
-
-    def round(self, x):
-        return ops.round(x)
-
-    def floor(self, x):
-        return ops.floor(x)
-
-    def clip(self, x, lo, hi):
-        return ops.clip(x, lo, hi)
-
-    def where(self, condition, a, b):
-        return ops.where(condition, a, b)
-
-    def zeros_like(self, x):
-        return ops.zeros_like(x)
 
     def astype(self, x, dtype: str):
         return ops.cast(x, dtype)

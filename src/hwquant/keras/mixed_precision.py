@@ -8,7 +8,7 @@ model built per candidate). The default distance is computed inside the model (s
 holding the batch's float reference): one number per sample leaves it, not the tensors."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Sequence
+from typing import Any, Dict, List, Sequence
 
 import keras
 import numpy as np
@@ -62,17 +62,6 @@ class _SwappableBlocks(QuantizationBlocks):
         return _SwappableActivation(name=f"{node.name}{HOLDER_SUFFIX}")(tensor)
 
 
-def _images(data: Iterable[List[np.ndarray]], n: int) -> List[List[np.ndarray]]:
-    batches, seen = [], 0
-    for batch in data:
-        if seen >= n:
-            break
-        take = min(len(batch[0]), n - seen)
-        batches.append([a[:take] for a in batch])
-        seen += take
-    return batches
-
-
 def _run(model: Any, batch: List[np.ndarray]) -> List[np.ndarray]:
     _, extra = model.predict_on_batch(batch if len(batch) > 1 else batch[0])
     return [np.asarray(t, np.float32) for t in extra]
@@ -113,9 +102,6 @@ def _errors_model(model: Any, observed: Sequence[str], rows: int) -> Any:
 
 
 class KerasSensitivityBackend(SensitivityBackend):
-    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
-        return _images(data, n)
-
     def build(self, graph, configurable, observed, batches, cfg) -> None:
         self.observed, self.batches, self.cfg, self.graph = list(observed), batches, cfg, graph
         self.model = build_quantized_model(graph, extra_outputs=self.observed, blocks=_SwappableBlocks(configurable))
@@ -144,9 +130,6 @@ class KerasSensitivityBackend(SensitivityBackend):
             self.energies, self.loaded = [_energy(r) for r in ref], batch_index
         squared = self.errors_model.predict_on_batch(batch if len(batch) > 1 else batch[0])
         return [float((np.asarray(e, np.float64) / (energy + 1e-12)).mean()) for e, energy in zip(squared, self.energies)]
-
-    def custom_metric(self, metric: Any) -> float:
-        return float(metric(self.model))
 
     def hessian_traces(self, points, outputs) -> Dict[str, float]:
         """E|d(sum_o v_o . Y_o / |Y_o|) / dY_p|^2 / size(Y_p) with Gaussian probes v_o at the outputs."""

@@ -10,8 +10,7 @@ from hwquant.core import quant_math
 
 
 class TorchNamespace(quant_math.ArrayNamespace):
-    name = "torch"
-    module = torch
+    ops = module = torch
 
     def owns(self, x) -> bool:
         return isinstance(x, torch.Tensor)
@@ -30,24 +29,6 @@ class TorchNamespace(quant_math.ArrayNamespace):
         if isinstance(value, torch.Tensor):  # moved with .to, so that gradients reach it
             return value.to(device=like.device, dtype=like.dtype)
         return torch.as_tensor(np.asarray(quant_math._to_numpy(value)), dtype=like.dtype, device=like.device)
-
-    def reshape(self, p, shape):
-        return p.reshape(shape)
-
-    def round(self, x):
-        return torch.round(x)
-
-    def floor(self, x):
-        return torch.floor(x)
-
-    def clip(self, x, lo, hi):
-        return torch.clamp(x, lo, hi)
-
-    def where(self, condition, a, b):
-        return torch.where(condition, a, b)
-
-    def zeros_like(self, x):
-        return torch.zeros_like(x)
 
     def astype(self, x, dtype: str):
         return x.to(getattr(torch, dtype))

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import torch
@@ -154,15 +154,8 @@ class TorchSensitivityBackend(SensitivityBackend):
     def __init__(self, device: Any):
         self.device = device
 
-    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
-        batches, seen = [], 0
-        for batch in data:
-            if seen >= n:
-                break
-            take = min(len(batch[0]), n - seen)
-            batches.append([t[:take].to(self.device).float() if isinstance(t, torch.Tensor) else t for t in batch])
-            seen += take
-        return batches
+    def ready(self, t: Any, take: int) -> Any:
+        return t[:take].to(self.device).float() if isinstance(t, torch.Tensor) else t
 
     def estimate(self, graph, configurable, batches, cfg, points, outputs) -> Optional[List[List[float]]]:
         return _probed(graph, configurable, batches, points, outputs, cfg, self.device)
@@ -193,9 +186,6 @@ class TorchSensitivityBackend(SensitivityBackend):
         with torch.no_grad():
             _, tensors = _CachedRun(self.model, self.caches[batch_index], self.dirty).run(*self.batches[batch_index])
         return [_distance(self.cfg, ref[p], t) for p, t in zip(self.observed, tensors)]
-
-    def custom_metric(self, metric: Any) -> float:
-        return float(metric(self.model))
 
     def hessian_traces(self, points, outputs) -> Dict[str, float]:
         with torch.enable_grad():

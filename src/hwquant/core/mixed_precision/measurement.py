@@ -26,9 +26,22 @@ class SensitivityBackend(ABC):
     """A framework's primitives for the sensitivity loop. ``build`` comes first; the loop then calls
     ``set_candidate`` and ``distances`` in any order, and restores every node's largest candidate."""
 
-    @abstractmethod
+    model: Any  # the built quantized model
+
     def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
         """The first ``n`` samples of ``data``, as batches ready for the models."""
+        batches, seen = [], 0
+        for batch in data:
+            if seen >= n:
+                break
+            take = min(len(batch[0]), n - seen)
+            batches.append([self.ready(t, take) for t in batch])
+            seen += take
+        return batches
+
+    def ready(self, t: Any, take: int) -> Any:
+        """One input of a batch, cut to its first ``take`` samples, as the models take it."""
+        return t[:take]
 
     @abstractmethod
     def build(self, graph: Graph, configurable: Sequence[Node], observed: Sequence[str],
@@ -47,9 +60,9 @@ class SensitivityBackend(ABC):
         mean over samples of the distance to the float reference (``cfg.compute_distance_fn``, or the
         normalised squared error)."""
 
-    @abstractmethod
     def custom_metric(self, metric: Any) -> float:
         """``metric(quantized model)`` (MixedPrecisionQuantizationConfig.custom_metric_fn)."""
+        return float(metric(self.model))
 
     @abstractmethod
     def hessian_traces(self, points: Sequence[str], outputs: Sequence[str]) -> Dict[str, float]:
