@@ -61,7 +61,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hwquant.core.graph import Graph, NodeKind
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx
+from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, functionalize_in_place_ops, graph_from_fx,
+                                    replace_nodes)
 
 # The batch sizes of the two traces compared to free the batch.
 _TRACE_BATCHES = (2, 3)
@@ -261,34 +262,23 @@ class _Tracer(TorchFunctionMode):
 
     # ---- records -----------------------------------------------------------------------------
     def record(self, op: str, target: Any, args: tuple, kwargs: dict, result: Any) -> Any:
-        scope, scope_type = self.scopes[-1]
-        rec = _Record(op, target, self.argument(tuple(args)), self.argument(dict(kwargs)), scope, scope_type,
-                      meta=_metadata(result))
-        self.trace.records.append(rec)
-        if isinstance(result, torch.Tensor):
-            rec.output = self.new_value(result)
-        else:
-            source = self.trace.n_values
-            self.trace.n_values += 1  # the structure itself, read by getitem records
-            rec.output = source
-            self._items(result, source, scope, scope_type)
+        self._store(_Record(op, target, self.argument(tuple(args)), self.argument(dict(kwargs)), *self.scopes[-1],
+                            meta=_metadata(result)), result)
         return result
 
-    def _items(self, result: Any, source: int, scope: str, scope_type: str) -> None:
-        items = result.items() if isinstance(result, dict) else enumerate(result)
+    def _store(self, rec: _Record, value: Any) -> None:
+        """Append `rec`, which yields `value`: a tensor, or a structure whose tensors getitem records read."""
+        self.trace.records.append(rec)
+        if isinstance(value, torch.Tensor):
+            rec.output = self.new_value(value)
+            return
+        rec.output = self.trace.n_values
+        self.trace.n_values += 1  # the structure itself, read by getitem records
+        items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            if isinstance(item, torch.Tensor):
-                rec = _Record("call_function", operator.getitem, (_Ref(source), key), {}, scope, scope_type,
-                              meta=_metadata(item))
-                self.trace.records.append(rec)
-                rec.output = self.new_value(item)
-            elif isinstance(item, (list, tuple, dict)) and self._has_tensor(item):
-                rec = _Record("call_function", operator.getitem, (_Ref(source), key), {}, scope, scope_type,
-                              meta=_metadata(item))
-                self.trace.records.append(rec)
-                rec.output = self.trace.n_values
-                self.trace.n_values += 1
-                self._items(item, rec.output, scope, scope_type)
+            if isinstance(item, torch.Tensor) or (isinstance(item, (list, tuple, dict)) and self._has_tensor(item)):
+                self._store(_Record("call_function", operator.getitem, (_Ref(rec.output), key), {}, rec.scope,
+                                    rec.scope_type, meta=_metadata(item)), item)
 
     @staticmethod
     def _has_tensor(structure: Any) -> bool:
@@ -550,9 +540,7 @@ def _matmuls_to_linear(gm: fx.GraphModule) -> int:
         if node.op != "call_function" or node.target not in (torch.matmul, operator.matmul) or len(node.args) != 2:
             continue
         w_node = node.args[1]
-        if not (isinstance(w_node, fx.Node) and w_node.op == "get_attr"):
-            continue
-        weight = _fetch(gm, str(w_node.target))
+        weight = attr_value(gm, w_node)
         if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or not weight.is_floating_point():
             continue
         bias, add = None, None
@@ -560,43 +548,24 @@ def _matmuls_to_linear(gm: fx.GraphModule) -> int:
         if len(users) == 1 and users[0].op == "call_function" and users[0].target in (torch.add, operator.add) \
                 and len(users[0].args) == 2 and not users[0].kwargs:
             other = users[0].args[1] if users[0].args[0] is node else users[0].args[0]
-            if isinstance(other, fx.Node) and other.op == "get_attr":
-                b = _fetch(gm, str(other.target))
-                if isinstance(b, torch.Tensor) and b.dim() == 1 and b.shape[0] == weight.shape[1] and b.dtype == weight.dtype:
-                    bias, add = b, users[0]
+            b = attr_value(gm, other)
+            if isinstance(b, torch.Tensor) and b.dim() == 1 and b.shape[0] == weight.shape[1] and b.dtype == weight.dtype:
+                bias, add = b, users[0]
         # (on the meta device: initialising it would draw from torch's process-wide generator)
         layer = nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None, device="meta")
         with torch.no_grad():
             layer.weight = nn.Parameter(weight.detach().t().contiguous(), requires_grad=False)
             if bias is not None:
                 layer.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-        base = str(w_node.target).replace(".", "_") + "_linear"
-        name, i = base, 0
-        while hasattr(gm, name):
-            i += 1
-            name = f"{base}_{i}"
+        name = fresh_name(gm, str(w_node.target).replace(".", "_") + "_linear")
         gm.add_submodule(name, layer.eval())
-        last = add or node
-        with gm.graph.inserting_after(last):
-            call = gm.graph.call_module(name, (node.args[0],))
-        call.meta = dict(last.meta)
-        last.replace_all_uses_with(call)
-        if add is not None:
-            gm.graph.erase_node(add)
-        gm.graph.erase_node(node)
+        replace_nodes(gm, add or node, [node] if add is None else [node, add], "call_module", name, (node.args[0],))
         count += 1
     if count:
         gm.graph.eliminate_dead_code()
         gm.delete_all_unused_submodules()
         gm.recompile()
     return count
-
-
-def _fetch(gm: nn.Module, target: str) -> torch.Tensor:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # ---- the route ------------------------------------------------------------------------------

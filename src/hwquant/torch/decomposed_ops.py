@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, replace_nodes
+
 # operation -> (functions, tensor methods) that compute it
 _BINARY = {"mul": ({torch.mul, operator.mul}, {"mul"}), "add": ({torch.add, operator.add}, {"add"}),
            "div": ({torch.div, operator.truediv}, {"div"}), "sub": ({torch.sub, operator.sub}, {"sub"}),
@@ -31,11 +33,7 @@ _KERNEL_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear)
 
 
 def _constant(gm: fx.GraphModule, node: Any) -> Optional[torch.Tensor]:
-    if not (isinstance(node, fx.Node) and node.op == "get_attr"):
-        return None
-    obj: Any = gm
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part, None)
+    obj = attr_value(gm, node)
     return obj if isinstance(obj, torch.Tensor) and obj.is_floating_point() else None
 
 
@@ -88,23 +86,8 @@ def _is_relu6(gm: fx.GraphModule, node: Any) -> bool:
     return node.op == "call_function" and node.target is F.relu6
 
 
-def _replace(gm: fx.GraphModule, last: fx.Node, chain: Sequence[fx.Node], op: str, target: Any, args: tuple) -> None:
-    with gm.graph.inserting_after(last):
-        new = gm.graph.create_node(op, target, args, {})
-    new.meta = dict(last.meta)
-    last.replace_all_uses_with(new)
-    position = {n: i for i, n in enumerate(gm.graph.nodes)}
-    for node in sorted(chain, key=lambda n: -position[n]):  # readers first
-        gm.graph.erase_node(node)
-
-
 def _fresh_name(gm: fx.GraphModule, base: str) -> str:
-    base = "".join(c if c.isalnum() or c == "_" else "_" for c in base)
-    name, i = base, 0
-    while hasattr(gm, name):
-        i += 1
-        name = f"{base}_{i}"
-    return name
+    return fresh_name(gm, "".join(c if c.isalnum() or c == "_" else "_" for c in base))
 
 
 def fold_hardswish(gm: fx.GraphModule) -> int:
@@ -126,7 +109,7 @@ def fold_hardswish(gm: fx.GraphModule) -> int:
             if add_pair is None or _only_user(add) is not relu or _other(add_pair, x) is None \
                     or _scalar(gm, _other(add_pair, x), 3.0) is None:
                 continue
-            _replace(gm, div, [div, mul, relu, add], "call_function", F.hardswish, (x,))
+            replace_nodes(gm, div, [div, mul, relu, add], "call_function", F.hardswish, (x,))
             count += 1
             break
     return count
@@ -146,7 +129,7 @@ def fold_silu(gm: fx.GraphModule) -> int:
                 gate.op == "call_function" and gate.target in (torch.sigmoid, F.sigmoid) and len(gate.args) == 1) or (
                 gate.op == "call_method" and gate.target == "sigmoid" and len(gate.args) == 1)
             if is_sigmoid:
-                _replace(gm, mul, [mul, gate], "call_function", F.silu, (x,))
+                replace_nodes(gm, mul, [mul, gate], "call_function", F.silu, (x,))
                 count += 1
                 break
     return count
@@ -212,7 +195,7 @@ def fold_scale_shift(gm: fx.GraphModule) -> int:
             new.bias = nn.Parameter(bias, requires_grad=False)
         name = _fresh_name(gm, f"{node.target}_affine")
         gm.add_submodule(name, new)
-        _replace(gm, last, chain + [node], "call_module", name, tuple(node.args))
+        replace_nodes(gm, last, chain + [node], "call_module", name, tuple(node.args))
         count += 1
     return count
 
@@ -221,8 +204,7 @@ def _mean_last(gm: fx.GraphModule, node: Any) -> Optional[fx.Node]:
     """The input of torch.mean(x, dim=[last], keepdim=True)."""
     if not (isinstance(node, fx.Node) and node.op == "call_function" and node.target is torch.mean):
         return None
-    args = dict(zip(("input", "dim", "keepdim"), node.args))
-    args.update(node.kwargs)
+    args = call_arguments(node, ("input", "dim", "keepdim"))
     dim, x = args.get("dim"), args.get("input")
     meta = node.meta.get("tensor_meta")
     if not isinstance(x, fx.Node) or args.get("keepdim") is not True or meta is None:
@@ -277,7 +259,7 @@ def fold_layer_norm(gm: fx.GraphModule) -> int:
         norm.bias = nn.Parameter(beta.clone() if beta is not None else torch.zeros(size), requires_grad=False)
         name = _fresh_name(gm, f"{x.name}_layer_norm")
         gm.add_submodule(name, norm.eval())
-        _replace(gm, last, chain, "call_module", name, (x,))
+        replace_nodes(gm, last, chain, "call_module", name, (x,))
         count += 1
     return count
 

@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_unflatten
 
 from hwquant.core.graph import Graph
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import graph_from_fx
+from hwquant.torch.fx_graph import call_arguments, fresh_name, graph_from_fx, replace_nodes
 
 
 def _leaf_layer(node: fx.Node, model: torch.nn.Module) -> Optional[Tuple[str, torch.nn.Module]]:
@@ -64,19 +64,9 @@ def _collapse_group(gm: fx.GraphModule, path: str, layer: torch.nn.Module, nodes
     if len(external) != 1 or len(outputs) != 1:
         return None
     # A fresh attribute: the exported module already holds `path` as a plain holder of the parameters.
-    base, i = "layer_" + (path.replace(".", "_") or "root"), 0
-    name = base
-    while hasattr(gm, name):
-        i += 1
-        name = f"{base}_{i}"
+    name = fresh_name(gm, "layer_" + (path.replace(".", "_") or "root"))
     gm.add_submodule(name, layer)
-    with gm.graph.inserting_after(outputs[0]):
-        call = gm.graph.call_module(name, (external[0],))
-    call.meta = dict(outputs[0].meta)
-    outputs[0].replace_all_uses_with(call)
-    for n in reversed(nodes):
-        gm.graph.erase_node(n)
-    return call.name
+    return replace_nodes(gm, outputs[0], nodes, "call_module", name, (external[0],)).name
 
 
 def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
@@ -84,8 +74,7 @@ def _schema_attrs(node: fx.Node) -> Dict[str, Any]:
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return {}
-    values = dict(zip([a.name for a in schema.arguments], node.args))
-    values.update(node.kwargs)
+    values = call_arguments(node, [a.name for a in schema.arguments])
     return {k: v for k, v in values.items() if not isinstance(v, (fx.Node, torch.Tensor, list, tuple))}
 
 

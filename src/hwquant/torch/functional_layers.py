@@ -6,11 +6,13 @@ float weights: it is a product of two activations, quantized through its inputs.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+
+from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, replace_nodes
 
 # function -> (layer class, its ATen form); argument order (input, weight, bias, stride, padding,
 # dilation, groups) for convolutions, (input, weight, bias) for linear.
@@ -22,24 +24,14 @@ _CONV_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "group
 
 
 def _parameter(gm: fx.GraphModule, node: Any) -> Optional[torch.Tensor]:
-    if not (isinstance(node, fx.Node) and node.op == "get_attr"):
-        return None
-    obj: Any = gm
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part, None)
+    obj = attr_value(gm, node)
     return obj if isinstance(obj, torch.Tensor) else None
-
-
-def _arguments(node: fx.Node, names: Tuple[str, ...]) -> Dict[str, Any]:
-    values = dict(zip(names, node.args))
-    values.update(node.kwargs)
-    return values
 
 
 def _layer(gm: fx.GraphModule, node: fx.Node) -> Optional[nn.Module]:
     """The layer equivalent to a functional convolution / linear call on the model's own tensors."""
     is_conv = node.target in _CONVS
-    args = _arguments(node, _CONV_ARGS if is_conv else _CONV_ARGS[:3])
+    args = call_arguments(node, _CONV_ARGS if is_conv else _CONV_ARGS[:3])
     weight = _parameter(gm, args.get("weight"))
     bias_node = args.get("bias")
     bias = _parameter(gm, bias_node)
@@ -77,18 +69,10 @@ def functional_calls_to_layers(gm: fx.GraphModule) -> int:
         if layer is None:
             continue
         # named after the module that owns the weight ("block.weight" -> "block_functional")
-        owner = str(_arguments(node, _CONV_ARGS)["weight"].target).rpartition(".")[0].replace(".", "_")
-        base = f"{owner or node.name}_functional"
-        name, i = base, 0
-        while hasattr(gm, name):
-            i += 1
-            name = f"{base}_{i}"
+        owner = str(call_arguments(node, _CONV_ARGS)["weight"].target).rpartition(".")[0].replace(".", "_")
+        name = fresh_name(gm, f"{owner or node.name}_functional")
         gm.add_submodule(name, layer)
-        with gm.graph.inserting_after(node):
-            call = gm.graph.call_module(name, (node.args[0] if node.args else node.kwargs["input"],))
-        call.meta = dict(node.meta)
-        node.replace_all_uses_with(call)
-        gm.graph.erase_node(node)
+        replace_nodes(gm, node, [node], "call_module", name, (node.args[0] if node.args else node.kwargs["input"],))
         count += 1
     if count:
         gm.graph.eliminate_dead_code()

@@ -4,7 +4,7 @@ torch.export in `export_capture.py`)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Sequence
 
 import numpy as np
 import torch
@@ -86,7 +86,7 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
         if n.op == "placeholder":
             nodes.append(Node(n.name, NodeKind.INPUT, "input", output_shape=shape))
         elif n.op == "get_attr":
-            value = _fetch_attr(gm, n.target)
+            value = attr_value(gm, n)
             if not isinstance(value, torch.Tensor):
                 raise CaptureError(f"attribute '{n.target}' used in the model is a {type(value).__name__}, not a tensor")
             nodes.append(Node(n.name, NodeKind.CONSTANT, "constant", weights={0: to_numpy(value)}, call_target=value,
@@ -99,13 +99,11 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
                 module = gm.get_submodule(n.target)
                 nodes.append(Node(n.name, NodeKind.MODULE, type(module), inputs, module_framework_attr(module),
                                   module_weights(module), module, args, kwargs, shape, str(n.target)))
-            elif n.op == "call_function":
-                nodes.append(Node(n.name, NodeKind.FUNCTION, n.target, inputs, _plain_kwargs(n.kwargs), {}, n.target,
-                                  args, kwargs, shape, _scope(n)))
             else:
-                method_type = getattr(torch.Tensor, n.target, n.target)
-                nodes.append(Node(n.name, NodeKind.METHOD, method_type, inputs, _plain_kwargs(n.kwargs), {}, n.target,
-                                  args, kwargs, shape, _scope(n)))
+                is_function = n.op == "call_function"
+                layer_type = n.target if is_function else getattr(torch.Tensor, n.target, n.target)
+                nodes.append(Node(n.name, NodeKind.FUNCTION if is_function else NodeKind.METHOD, layer_type, inputs,
+                                  _plain_kwargs(n.kwargs), {}, n.target, args, kwargs, shape, _scope(n)))
         elif n.op == "output":
             outputs = _output_structure(n.args[0], names)
         if n.op != "output":
@@ -133,11 +131,44 @@ def _output_structure(arg: Any, names: Dict[fx.Node, str]) -> Any:
                        "return only tensors (or tuples / lists / dicts of tensors)")
 
 
-def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
-    obj = gm
-    for part in target.split("."):
+def attr_value(gm: torch.nn.Module, node: Any) -> Any:
+    """What a `get_attr` node reads ("block.weight"); None when `node` is not a `get_attr` node."""
+    if not (isinstance(node, fx.Node) and node.op == "get_attr"):
+        return None
+    obj: Any = gm
+    for part in str(node.target).split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def call_arguments(node: fx.Node, names: Sequence[str]) -> Dict[str, Any]:
+    """A call's arguments by name: the positional ones named by `names`, then its keywords."""
+    values = dict(zip(names, node.args))
+    values.update(node.kwargs)
+    return values
+
+
+def fresh_name(gm: fx.GraphModule, base: str) -> str:
+    """`base`, or `base_1`, `base_2`, ...: the first that is not an attribute of `gm` yet."""
+    name, i = base, 0
+    while hasattr(gm, name):
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+def replace_nodes(gm: fx.GraphModule, last: fx.Node, chain: Sequence[fx.Node], op: str, target: Any,
+                  args: tuple) -> fx.Node:
+    """Insert a call after `last` that its readers read instead (with its metadata), and erase `chain`
+    (which holds `last`); returns the new node."""
+    with gm.graph.inserting_after(last):
+        new = gm.graph.create_node(op, target, args, {})
+    new.meta = dict(last.meta)
+    last.replace_all_uses_with(new)
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in sorted(chain, key=lambda n: -position[n]):  # readers first
+        gm.graph.erase_node(node)
+    return new
 
 
 def _in_place_target(gm: fx.GraphModule, n: fx.Node) -> bool:
