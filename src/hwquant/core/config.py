@@ -29,11 +29,9 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Reusable field types. Pydantic's lax mode would turn "8", 8.0 or "yes" into valid values; configs here
-# refuse such look-alikes because they usually hide a mistake (a wrong argument order, a wrong enum).
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Reusable field types ----
+# Pydantic's lax mode would turn "8", 8.0 or "yes" into valid values; configs here refuse such look-alikes
+# because they usually hide a mistake (a wrong argument order, a wrong enum).
 def _rule(pred: Callable[[Any], bool], text: str) -> AfterValidator:
     """An after-validator that checks `pred` and otherwise says `text` and the value."""
     def check(v):
@@ -106,10 +104,7 @@ class ValidatedConfig(BaseModel):
         super().__init__(**kwargs)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Quantization
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Quantization ----
 _QEM = Annotated[QuantizationErrorMethod, enum_coercer(QuantizationErrorMethod)]
 
 # Older (seed) keyword -> MCT 2.6 field.
@@ -122,6 +117,11 @@ _QC_ALIASES = {
 _TPC_OVERRIDES = ("activation_quantization_method", "weights_quantization_method", "activation_n_bits",
                   "weights_n_bits", "weights_per_channel_threshold", "enable_weights_quantization",
                   "enable_activation_quantization")
+
+
+def _alias(name: str) -> property:
+    """Another attribute name of the field `name`, read and assigned through it (validated)."""
+    return property(lambda self: getattr(self, name), lambda self, v: setattr(self, name, v))
 
 
 class QuantizationConfig(ValidatedConfig):
@@ -229,39 +229,16 @@ class QuantizationConfig(ValidatedConfig):
         return v
 
     # Older attribute names (read and write).
-    @property
-    def activation_threshold_method(self) -> QuantizationErrorMethod:
-        return self.activation_error_method
-
-    @activation_threshold_method.setter
-    def activation_threshold_method(self, v: Any) -> None:
-        self.activation_error_method = v
-
-    @property
-    def weights_threshold_method(self) -> QuantizationErrorMethod:
-        return self.weights_error_method
-
-    @weights_threshold_method.setter
-    def weights_threshold_method(self, v: Any) -> None:
-        self.weights_error_method = v
-
-    @property
-    def relu_unbound_correction(self) -> bool:
-        return self.relu_bound_to_power_of_2
-
-    @relu_unbound_correction.setter
-    def relu_unbound_correction(self, v: Any) -> None:
-        self.relu_bound_to_power_of_2 = v
+    activation_threshold_method = _alias("activation_error_method")
+    weights_threshold_method = _alias("weights_error_method")
+    relu_unbound_correction = _alias("relu_bound_to_power_of_2")
 
     def tpc_overrides(self) -> Dict[str, Any]:
         """The seed-only fields that were given (not None): they replace the TPC's values."""
         return {k: getattr(self, k) for k in _TPC_OVERRIDES if getattr(self, k) is not None}
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Mixed precision
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Mixed precision ----
 class MpDistanceWeighting(Enum):
     """How the distances at the interest points are combined into one sensitivity figure.
 
@@ -422,10 +399,7 @@ class ResourceUtilization(ValidatedConfig):
     __str__ = __repr__
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Manual bit widths
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Manual bit widths ----
 def _check_bit_width(bit_width: Any, what: str = "bit_width") -> int:
     # 32 ("float") is refused on purpose: keeping a layer unquantized is a network-editor action
     # (enable_*_quantization=False), not a bit width, and a manual width must match a TPC candidate.
@@ -511,10 +485,7 @@ class BitWidthConfig:
         self.manual_weights_bit_width_selection_list += new
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Debug / core / user information
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Debug / core / user information ----
 class DebugConfig(ValidatedConfig):
     """Debugging and editing switches: similarity analysis, network-editor rules, scheduler simulation,
     and `bypass` (skip quantization entirely and return the float model, to isolate pipeline issues)."""

@@ -31,10 +31,8 @@ class BatchNormParams:
     eps: float
 
 
-# ------------------------------------------------------------------------------------------------
-# Facts and edits used by the graph corrections (hwquant.core.passes: collapsing, ReLU bound,
-# shift-negative correction, channel equalization, input scaling, bias correction).
-# ------------------------------------------------------------------------------------------------
+# ---- Facts and edits used by the graph corrections (hwquant.core.passes) ----
+# (collapsing, ReLU bound, shift-negative correction, channel equalization, input scaling, bias correction)
 @dataclass
 class LinearGeometry:
     """How a kernel layer maps its input: a dense layer (acting on the last axis), a convolution or

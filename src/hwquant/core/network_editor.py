@@ -26,10 +26,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Filters
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Filters ----
 class BaseNodeMatcher:
     """A condition on a node. Combine with ``&``, ``|`` and ``~`` (or MCT's logic_and / logic_or /
     logic_not); ``apply`` is MCT's name of ``match``."""
@@ -157,10 +154,7 @@ class NodeNameScopeFilter(BaseNodeMatcher):
         return self.node_name_scope in _node_attr(node, "name", self)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Value checks of the editable fields. Enums come in lazily: config.py imports this module.
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Value checks of the editable fields ----
 def _fail(name: str, value: Any, rule: str) -> None:
     raise ValueError(f"{name}={value!r} is invalid: {rule}")
 
@@ -269,10 +263,7 @@ def _check_attr_name(attr_name: Any) -> Union[str, int, None]:
                      f"the index of a positional weight (int >= 0), or None for all weight attributes")
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Edit rules and actions
-# ----------------------------------------------------------------------------------------------------------
-
+# ---- Edit rules and actions ----
 class EditRule(namedtuple("EditRule", "filter action")):
     """A node filter and the action to apply to the nodes it matches."""
 
