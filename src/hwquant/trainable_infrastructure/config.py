@@ -7,9 +7,9 @@ stored with a model and rebuilt by ``from_config()``; parameter dicts are copied
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Annotated, Any, Dict, List, Optional
 
-from pydantic import field_validator, model_validator
+from pydantic import BeforeValidator, field_validator, model_validator
 
 from hwquant.core.config import Flag, NBits, PositiveFinite, QMethod, ValidatedConfig
 
@@ -25,6 +25,9 @@ def _check_params(v: Any) -> Any:
     if bad:
         raise ValueError(f"parameter names must be str, got {bad!r}")
     return dict(v)
+
+
+_Params = Annotated[Dict[str, Any], BeforeValidator(_check_params)]
 
 
 class _TrainableConfig(ValidatedConfig):
@@ -52,12 +55,7 @@ class TrainableQuantizerCandidateConfig(_TrainableConfig):
     """One mixed-precision candidate of a trainable quantizer: its bit width and parameters."""
 
     n_bits: NBits
-    quantization_params: Dict[str, Any]
-
-    @field_validator("quantization_params", mode="before")
-    @classmethod
-    def check_params(cls, v: Any) -> Any:
-        return _check_params(v)
+    quantization_params: _Params
 
 
 def _candidates(v: Any) -> Any:
@@ -75,28 +73,21 @@ def _candidates(v: Any) -> Any:
     return items
 
 
+_Candidates = Annotated[Optional[List[TrainableQuantizerCandidateConfig]], BeforeValidator(_candidates)]
+
+
 class TrainableQuantizerWeightsConfig(_TrainableConfig):
     """Configuration of a trainable weights quantizer. Per-channel quantization needs an int
     weights_channels_axis; per-tensor takes None (or an int, ignored)."""
 
     weights_quantization_method: QMethod
     weights_n_bits: NBits
-    weights_quantization_params: Dict[str, Any]
+    weights_quantization_params: _Params
     enable_weights_quantization: Flag
     weights_channels_axis: Optional[Any]
     weights_per_channel_threshold: Flag
     min_threshold: PositiveFinite
-    weights_quantization_candidates: Optional[List[TrainableQuantizerCandidateConfig]] = None
-
-    @field_validator("weights_quantization_params", mode="before")
-    @classmethod
-    def check_params(cls, v: Any) -> Any:
-        return _check_params(v)
-
-    @field_validator("weights_quantization_candidates", mode="before")
-    @classmethod
-    def check_candidates(cls, v: Any) -> Any:
-        return _candidates(v)
+    weights_quantization_candidates: _Candidates = None
 
     @field_validator("weights_channels_axis", mode="before")
     @classmethod
@@ -126,20 +117,10 @@ class TrainableQuantizerActivationConfig(_TrainableConfig):
 
     activation_quantization_method: QMethod
     activation_n_bits: NBits
-    activation_quantization_params: Dict[str, Any]
+    activation_quantization_params: _Params
     enable_activation_quantization: Flag
     min_threshold: PositiveFinite
-    activation_quantization_candidates: Optional[List[TrainableQuantizerCandidateConfig]] = None
-
-    @field_validator("activation_quantization_params", mode="before")
-    @classmethod
-    def check_params(cls, v: Any) -> Any:
-        return _check_params(v)
-
-    @field_validator("activation_quantization_candidates", mode="before")
-    @classmethod
-    def check_candidates(cls, v: Any) -> Any:
-        return _candidates(v)
+    activation_quantization_candidates: _Candidates = None
 
     @property
     def activation_bits_candidates(self) -> Optional[List[TrainableQuantizerCandidateConfig]]:
