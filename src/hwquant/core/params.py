@@ -365,7 +365,7 @@ def _lut_table(int_values: np.ndarray, counts: np.ndarray, n_bits: int, bitwidth
     return np.unique(np.clip(np.rint(centres), lo, hi)).astype(np.int64)
 
 
-def _lut_result(method: QuantizationMethod, table: np.ndarray, threshold, bitwidth: int) -> dict:
+def _lut_result(table: np.ndarray, threshold, bitwidth: int) -> dict:
     out = {LUT_VALUES: table, THRESHOLD: threshold}
     if bitwidth != LUT_VALUES_BITWIDTH:
         out[LUT_VALUES_BITWIDTH_KEY] = bitwidth
@@ -397,7 +397,7 @@ def _no_clipping_threshold(lo, hi, n_bits: int, signed: bool) -> np.ndarray:
     return np.maximum(np.maximum(-np.asarray(lo, np.float64), 0.0), top) if signed else top
 
 
-def _select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_threshold, prof):
+def _select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshold, prof):
     """Run the search of ``method`` under ``error_method``; (R,) results as a dict of arrays."""
     if method == QuantizationMethod.UNIFORM:
         if error_method == QuantizationErrorMethod.NOCLIPPING:
@@ -483,14 +483,14 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
         t = _lut_threshold(method, amax, min_threshold)
         ints = quantize(c[0], symmetric_grid(float(t[0]), lut_values_bitwidth, signed))
         table = _lut_table(ints, h[0], n_bits, lut_values_bitwidth, signed)
-        out = _lut_result(method, table, float(t[0]), lut_values_bitwidth)
+        out = _lut_result(table, float(t[0]), lut_values_bitwidth)
         out[SIGNED] = bool(signed)
         return out
 
     scorer = _histogram_scorer(error_method, l_p_value, c, h, value_map)
     lo0 = np.array([0.0 if signedness == Signedness.UNSIGNED else min(lo, 0.0)])
     hi0 = np.array([max(hi, 0.0)])
-    out = _finish(_select(method, n_bits, error_method, scorer, amax, lo0, hi0, signed, min_threshold, _ACT),
+    out = _finish(_select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshold, _ACT),
                   n_bits, per_channel=False)
     if pot_clip_tolerance > 0 and method == QuantizationMethod.POWER_OF_TWO \
             and error_method == QuantizationErrorMethod.NOCLIPPING:
@@ -503,8 +503,8 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     return out
 
 
-def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: np.ndarray, value_map=None):
-    """maker -> score(params) over (R, B) centres / counts."""
+def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: Optional[np.ndarray], value_map=None):
+    """maker -> score(params) over (R, B) centres / counts (None: the values themselves, unweighted)."""
     def scorer(make):
         if error_method == QuantizationErrorMethod.KL:
             return lambda params: _kl_errors(c, h, params, make)
@@ -554,19 +554,13 @@ def weights_quantization_params(method, n_bits: int, error_method, weights, chan
         ints = quantize(x, symmetric_grid(t if per_channel else float(t[0]), lut_values_bitwidth, True,
                                           axis=0 if per_channel else None))
         table = _lut_table(ints, np.ones(ints.size), n_bits, lut_values_bitwidth, True)
-        return _lut_result(method, table, t.copy() if per_channel else float(t[0]), lut_values_bitwidth)
+        return _lut_result(table, t.copy() if per_channel else float(t[0]), lut_values_bitwidth)
 
     if error_method == QuantizationErrorMethod.KL:
         n_hist = int(np.clip(x.shape[1] // 4, *_WEIGHT_KL_BINS))
-        c, h = _row_histograms(x, n_hist)
-
-        def scorer(make):
-            return lambda params: _kl_errors(c, h, params, make)
+        scorer = _histogram_scorer(error_method, l_p_value, *_row_histograms(x, n_hist))
     else:
-        p = _p_of(error_method, l_p_value)
-
-        def scorer(make):
-            return lambda params: _lp_errors(x, None, params, make, p)
-    result = _select(method, n_bits, error_method, scorer, amax, np.minimum(lo, 0.0), np.maximum(hi, 0.0),
+        scorer = _histogram_scorer(error_method, l_p_value, x, None)
+    result = _select(method, n_bits, error_method, scorer, np.minimum(lo, 0.0), np.maximum(hi, 0.0),
                      True, min_threshold, _WEIGHTS if x.shape[1] <= FEW_WEIGHTS_PER_CHANNEL else _WEIGHTS_MANY)
     return _finish(result, n_bits, per_channel)
