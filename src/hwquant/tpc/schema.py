@@ -29,6 +29,11 @@ def _check_n_bits(value: int, field: str, allow_float: bool) -> int:
     raise ValueError(f"{field}={value} is out of range: bit widths must be {allowed}")
 
 
+def _list_to_tuple(v: Any) -> Any:
+    """A list given for a tuple field (as JSON gives them) as a tuple."""
+    return tuple(v) if isinstance(v, list) else v
+
+
 def _name_of(x: Any) -> str:
     return x.value if isinstance(x, OperatorSetNames) else str(x)
 
@@ -111,9 +116,7 @@ class OpQuantizationConfig(_Frozen):
     @field_validator("supported_input_activation_n_bits", mode="before")
     @classmethod
     def _as_tuple(cls, v: Any) -> Any:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return (v,)
-        return tuple(v) if isinstance(v, list) else v
+        return (v,) if isinstance(v, int) and not isinstance(v, bool) else _list_to_tuple(v)
 
     @model_validator(mode="after")
     def _rules(self):
@@ -174,10 +177,7 @@ class QuantizationConfigOptions(_Frozen):
     def quantization_config_list(self) -> list:
         return list(self.quantization_configurations)
 
-    @field_validator("quantization_configurations", mode="before")
-    @classmethod
-    def _as_tuple(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
+    _as_tuple = field_validator("quantization_configurations", mode="before")(_list_to_tuple)
 
     @model_validator(mode="after")
     def _rules(self):
@@ -294,10 +294,7 @@ class Fusing(_Frozen):
 
     _positional = ("operator_groups", "name")
 
-    @field_validator("operator_groups", mode="before")
-    @classmethod
-    def _as_tuple(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
+    _as_tuple = field_validator("operator_groups", mode="before")(_list_to_tuple)
 
     @model_validator(mode="after")
     def _rules(self):
@@ -342,10 +339,7 @@ class TargetPlatformCapabilities(_Frozen):
 
     _positional = ("default_qco",)
 
-    @field_validator("operator_set", "fusing_patterns", mode="before")
-    @classmethod
-    def _as_tuple(cls, v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
+    _as_tuple = field_validator("operator_set", "fusing_patterns", mode="before")(_list_to_tuple)
 
     @model_validator(mode="after")
     def _rules(self):
