@@ -102,10 +102,6 @@ class Graph:
     def output_names(self) -> List[str]:
         return list(_flatten(self.outputs))
 
-    def predecessors(self, node: Union[Node, str]) -> List[Node]:
-        node = self._resolve(node)
-        return [self._nodes[i] for i in node.inputs]
-
     def successors(self, node: Union[Node, str]) -> List[Node]:
         name = self._resolve(node).name
         return [n for n in self._nodes.values() if name in n.inputs]
@@ -135,10 +131,7 @@ class Graph:
         anchor = self._resolve(anchor)
         if node.inputs != [anchor.name]:
             raise ValueError("insert_after: the new node must take exactly the anchor as input")
-        users = self.successors(anchor)
-        for u in users:
-            u.inputs = [node.name if i == anchor.name else i for i in u.inputs]
-        self.outputs = map_structure(self.outputs, lambda x: node.name if x == anchor.name else x)
+        self.replace_uses(anchor.name, node.name)  # (before `node` is in the graph: it still reads the anchor)
         items = list(self._nodes.items())
         pos = [k for k, _ in items].index(anchor.name) + 1
         items.insert(pos, (node.name, node))

@@ -238,10 +238,6 @@ class AffineGrid(_ArrayFields):
         if self.axis is None and any(np.prod(np.shape(v)) != 1 for v in (self.scale, self.zero_point)):
             raise ValueError("a per-tensor grid (axis=None) needs a scalar scale and zero_point")
 
-    @property
-    def n_levels(self) -> int:
-        return self.qmax - self.qmin + 1
-
 
 def power_of_two_threshold(threshold, min_threshold: float = MIN_THRESHOLD):
     """The threshold rounded UP to a power of two, ``2**ceil(log2(max(t, min_threshold)))``, taken
