@@ -27,3 +27,15 @@ def test_fake_quantization_is_quant_maths(method, bits, params, axis):
     expected = quant_math.fake_quantize(x, q.grid)
     got = np.asarray(keras.ops.convert_to_numpy(q(keras.ops.convert_to_tensor(x))))
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("method", [M.LUT_POT_QUANTIZER, M.LUT_SYM_QUANTIZER])
+@pytest.mark.parametrize("threshold, axis", [(2.0, None), (np.array([1.0, 3.0, 0.5, 2.0, 0.25]), 3)])
+def test_lookup_table_weights_quantizer_is_quant_maths(method, threshold, axis):
+    table = np.array([-128, -60, -20, -4, 0, 4, 20, 127])  # 3 bits: at most 8 entries
+    q = make_quantizer(method, 3, {"lut_values": table, "threshold": threshold}, channel_axis=axis, target="weights")
+    assert q.lut_values == table.tolist()
+    x = (np.random.default_rng(1).normal(size=(4, 9, 7, 5)) * 2).astype("float32")
+    expected = quant_math.fake_quantize(x, q.grid)
+    got = np.asarray(keras.ops.convert_to_numpy(q(keras.ops.convert_to_tensor(x))))
+    np.testing.assert_array_equal(got, expected)

@@ -20,6 +20,10 @@ from hwquant.tpc.enums import QuantizationMethod
 MARKER_DOMAIN = "hwquant_export"
 MARKER_OP = "Quantizer"
 WEIGHTS, ACTIVATION = "weights", "activation"
+# The method's part of mct_quantizers' op and class names ("WeightsLUTPOTQuantizer", "ActivationPOTInferableQuantizer").
+MCTQ_KINDS = {QuantizationMethod.POWER_OF_TWO: "POT", QuantizationMethod.SYMMETRIC: "Symmetric",
+              QuantizationMethod.UNIFORM: "Uniform", QuantizationMethod.LUT_POT_QUANTIZER: "LUTPOT",
+              QuantizationMethod.LUT_SYM_QUANTIZER: "LUTSymmetric"}
 
 
 def _plain(v: Any) -> Any:
@@ -62,9 +66,7 @@ class QuantizerSpec:
 
     # ---- mct_quantizers custom-op form ---------------------------------------------------
     def mctq_op(self) -> str:
-        kind = {QuantizationMethod.POWER_OF_TWO: "POT", QuantizationMethod.SYMMETRIC: "Symmetric",
-                QuantizationMethod.UNIFORM: "Uniform", QuantizationMethod.LUT_POT_QUANTIZER: "LUTPOT",
-                QuantizationMethod.LUT_SYM_QUANTIZER: "LUTSymmetric"}[self.method]
+        kind = MCTQ_KINDS[self.method]
         if self.target == ACTIVATION and self.is_lut:
             raise ValueError("lookup-table quantizers exist for weights only")
         return f"{'Weights' if self.target == WEIGHTS else 'Activation'}{kind}Quantizer"
@@ -92,9 +94,7 @@ class QuantizerSpec:
         """The spec of an mct_quantizers node (attributes and constant inputs gathered in ``fields``)."""
         target = WEIGHTS if op.startswith("Weights") else ACTIVATION
         kind = op[len("Weights" if target == WEIGHTS else "Activation"):-len("Quantizer")]
-        method = {"POT": QuantizationMethod.POWER_OF_TWO, "Symmetric": QuantizationMethod.SYMMETRIC,
-                  "Uniform": QuantizationMethod.UNIFORM, "LUTPOT": QuantizationMethod.LUT_POT_QUANTIZER,
-                  "LUTSymmetric": QuantizationMethod.LUT_SYM_QUANTIZER}.get(kind)
+        method = {k: m for m, k in MCTQ_KINDS.items()}.get(kind)
         if method is None:
             raise ValueError(f"unknown mct_quantizers op '{op}'")
         axis = int(fields["channel_axis"]) if fields.get("per_channel") else None

@@ -19,12 +19,10 @@ import numpy as np
 from keras import ops
 
 from hwquant.core import quant_math
+from hwquant.exporter.quantizer_spec import MCTQ_KINDS
 from hwquant.tpc.enums import QuantizationMethod
 
 _PACKAGE = "hwquant"
-_KIND = {QuantizationMethod.POWER_OF_TWO: "POT", QuantizationMethod.SYMMETRIC: "Symmetric",
-         QuantizationMethod.UNIFORM: "Uniform", QuantizationMethod.LUT_POT_QUANTIZER: "LUTPOT",
-         QuantizationMethod.LUT_SYM_QUANTIZER: "LUTSymmetric"}
 
 
 class KerasInferableQuantizer:
@@ -49,7 +47,7 @@ class KerasInferableQuantizer:
             self.min_range = np.atleast_1d(np.asarray(params["range_min"], np.float64)).tolist()
             self.max_range = np.atleast_1d(np.asarray(params["range_max"], np.float64)).tolist()
         if isinstance(self.grid, quant_math.LutGrid):
-            self.lut_values = np.asarray(self.grid.lut).tolist()
+            self.lut_values = np.asarray(self.grid.lut_values).tolist()
 
     def __call__(self, x: Any) -> Any:
         if isinstance(self.grid, quant_math.LutGrid):
@@ -73,7 +71,7 @@ class KerasInferableQuantizer:
 
 QUANTIZER_CLASSES: Dict[tuple, type] = {}
 for _target in ("weights", "activation"):
-    for _method, _kind in _KIND.items():
+    for _method, _kind in MCTQ_KINDS.items():
         _name = f"{_target.capitalize()}{_kind}InferableQuantizer"
         _cls = type(_name, (KerasInferableQuantizer,), {"__module__": __name__,
                                                         "__doc__": f"{_name} (mct-quantizers' Keras name)."})
