@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
@@ -123,26 +123,29 @@ class TensorStatistics:
         if self.per_channel:
             if batch.channel_min is None:
                 raise ValueError("per-channel statistics need per-channel batch summaries")
-            if self._ch_min is None:
-                self._ch_min, self._ch_max = (np.asarray(batch.channel_min, np.float64).copy(),
-                                              np.asarray(batch.channel_max, np.float64).copy())
-                self._ch_sum = np.asarray(batch.channel_sum, np.float64).copy()
-            else:
-                # the three per-channel arrays are set together (here and in every per-channel summary)
-                assert self._ch_max is not None and self._ch_sum is not None
-                assert batch.channel_max is not None and batch.channel_sum is not None
-                if batch.channel_min.shape != self._ch_min.shape:
-                    raise ValueError(f"the batch has {batch.channel_min.shape[0]} channels along axis "
-                                     f"{self.channel_axis}, earlier batches had {self._ch_min.shape[0]}")
-                np.minimum(self._ch_min, batch.channel_min, out=self._ch_min)
-                np.maximum(self._ch_max, batch.channel_max, out=self._ch_max)
-                self._ch_sum += batch.channel_sum
-            self._ch_count += batch.count // batch.channel_min.shape[0]
+            self._add_channels(batch.channel_min, batch.channel_max, batch.channel_sum,
+                               batch.count // batch.channel_min.shape[0],
+                               f"the batch has {{}} channels along axis {self.channel_axis}, earlier batches had {{}}")
         self._combine(batch.count, batch.mean, batch.m2)
         o = self._origin
         self._update_histogram(np.asarray(batch.sample) - o if o else np.asarray(batch.sample), lo - o, hi - o)
         self._min, self._max = min(self._min, lo), max(self._max, hi)
         return self
+
+    def _add_channels(self, ch_min: Any, ch_max: Any, ch_sum: Any, per_channel_count: int, mismatch: str) -> None:
+        """Fold in the per-channel min / max / sum of more data (the first data set them) and its count per
+        channel; `mismatch` is the error for another number of channels, formatted with theirs and ours."""
+        if self._ch_min is None:
+            self._ch_min, self._ch_max, self._ch_sum = (np.asarray(a, np.float64).copy() for a in (ch_min, ch_max, ch_sum))
+        else:
+            # the three per-channel arrays are set together (here and in every per-channel summary)
+            assert self._ch_max is not None and self._ch_sum is not None
+            if ch_min.shape != self._ch_min.shape:
+                raise ValueError(mismatch.format(ch_min.shape[0], self._ch_min.shape[0]))
+            np.minimum(self._ch_min, ch_min, out=self._ch_min)
+            np.maximum(self._ch_max, ch_max, out=self._ch_max)
+            self._ch_sum += ch_sum
+        self._ch_count += per_channel_count
 
     def _combine(self, n: int, mean: float, m2: float) -> None:
         total = self._count + n
@@ -316,17 +319,9 @@ class TensorStatistics:
         if self._count == 0:
             self._copy_from(other)
             return self
-        if self.per_channel:
-            # both hold data: their per-channel arrays are set
-            assert self._ch_min is not None and self._ch_max is not None and self._ch_sum is not None
-            assert other._ch_min is not None and other._ch_max is not None and other._ch_sum is not None
-            if other._ch_min.shape != self._ch_min.shape:
-                raise ValueError(f"cannot merge statistics of {other._ch_min.shape[0]} and "
-                                 f"{self._ch_min.shape[0]} channels")
-            np.minimum(self._ch_min, other._ch_min, out=self._ch_min)
-            np.maximum(self._ch_max, other._ch_max, out=self._ch_max)
-            self._ch_sum = self._ch_sum + other._ch_sum
-            self._ch_count += other._ch_count
+        if self.per_channel:  # (both hold data: their per-channel arrays are set)
+            self._add_channels(other._ch_min, other._ch_max, other._ch_sum, other._ch_count,
+                               "cannot merge statistics of {} and {} channels")
         o_edges, o_counts = other.histogram()
         lo, hi = min(other._min, self._min), max(other._max, self._max)
         o = self._origin
