@@ -5,7 +5,7 @@ to fix it) before it can produce a silently broken model."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
 
 from hwquant.errors import HwquantError
 
@@ -79,3 +79,22 @@ class BaseRepresentativeData:
     def _check(self, batch: Any, index: int) -> List[Any]:
         """The batch as a list of the framework's tensors, one per model input, checked."""
         raise NotImplementedError
+
+    def _check_count_and_shapes(self, index: int, shapes: List[Tuple[int, ...]], noun: str) -> None:
+        """Refuse a batch with another number of inputs than the model takes (`noun`: what one input is);
+        note whether its inputs' sizes (`shapes`, the batch first) are the first batch's."""
+        if self.n_inputs is not None and len(shapes) != self.n_inputs:
+            raise RepresentativeDataError(f"batch {index} has {len(shapes)} input(s) but the model takes "
+                                          f"{self.n_inputs}; yield a list with one {noun} per model input")
+        if self._shapes is None:
+            self._shapes = [s[1:] for s in shapes]
+        elif [s[1:] for s in shapes] != self._shapes:
+            self.uniform_shapes = False
+
+    @staticmethod
+    def _check_finite(index: int, finite: Iterable[bool]) -> None:
+        """Refuse a batch with an input not finite everywhere (`finite`: one flag per input, read in order)."""
+        for k, ok in enumerate(finite):
+            if not ok:
+                raise RepresentativeDataError(f"input {k} of batch {index} contains NaN or inf values; clean or "
+                                              "normalise the representative data")

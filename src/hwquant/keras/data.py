@@ -20,15 +20,6 @@ class KerasRepresentativeData(BaseRepresentativeData):
         except Exception as e:  # noqa: BLE001 - anything that is not an array
             raise RepresentativeDataError(f"batch {index} holds {[type(x).__name__ for x in batch]}; expected arrays "
                                           f"or tensors, one per model input ({e})") from e
-        if self.n_inputs is not None and len(arrays) != self.n_inputs:
-            raise RepresentativeDataError(f"batch {index} has {len(arrays)} input(s) but the model takes "
-                                          f"{self.n_inputs}; yield a list with one array per model input")
-        if self._shapes is None:
-            self._shapes = [a.shape[1:] for a in arrays]
-        elif [a.shape[1:] for a in arrays] != self._shapes:
-            self.uniform_shapes = False
-        for k, a in enumerate(arrays):
-            if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a).all():
-                raise RepresentativeDataError(f"input {k} of batch {index} contains NaN or inf values; clean or "
-                                              "normalise the representative data")
+        self._check_count_and_shapes(index, [a.shape for a in arrays], "array")
+        self._check_finite(index, (not np.issubdtype(a.dtype, np.floating) or bool(np.isfinite(a).all()) for a in arrays))
         return [a.astype(np.float32) if np.issubdtype(a.dtype, np.floating) else a for a in arrays]

@@ -125,22 +125,13 @@ class RepresentativeData(BaseRepresentativeData):
                     f"input {k} of batch {index} is on the meta device, which holds shapes but no values: "
                     "representative data must hold real values, on cpu or cuda (e.g. real samples, or "
                     "torch.randn(shape) for a smoke test)")
-        if self.n_inputs is not None and len(tensors) != self.n_inputs:
-            raise RepresentativeDataError(f"batch {index} has {len(tensors)} input(s) but the model takes "
-                                          f"{self.n_inputs}; yield a list with one tensor per model input")
+        self._check_count_and_shapes(index, [tuple(t.shape) for t in tensors], "tensor")
         ranks = [t.dim() for t in tensors]
-        if self._shapes is None:
-            self._shapes = [tuple(t.shape[1:]) for t in tensors]
-        elif [tuple(t.shape[1:]) for t in tensors] != self._shapes:
-            self.uniform_shapes = False
         if ranks != [len(s) + 1 for s in self._shapes]:
             raise RepresentativeDataError(f"batch {index} has inputs of {ranks} dimensions but the first batch had "
                                           f"{[len(s) + 1 for s in self._shapes]}; sizes may vary between batches "
                                           "(image pyramids, sequence lengths), the number of dimensions may not")
-        for k, t in enumerate(tensors):
-            if t.is_floating_point() and not torch.isfinite(t).all():
-                raise RepresentativeDataError(f"input {k} of batch {index} contains NaN or inf values; clean or "
-                                              "normalise the representative data")
+        self._check_finite(index, (not t.is_floating_point() or bool(torch.isfinite(t).all()) for t in tensors))
         if tensors and tensors[0].dim() > 0 and tensors[0].shape[0] == 1 and not self._warned_batch_one:
             warnings.warn("representative batches of size 1: statistics are fine, but batches of 16-64 make "
                           "calibration faster", stacklevel=4)
