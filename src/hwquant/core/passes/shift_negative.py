@@ -136,8 +136,8 @@ def _plan(ctx: _Context, act: Node) -> Optional[_Plan]:
 
 
 def _tpc_allows(ctx: _Context, node: Node, n_bits: int) -> bool:
-    """Whether the TPC quantizes the new node's operator with the activation's bit width (MCT
-    requires it of the Add); True when there is no attached TPC."""
+    """Whether the TPC offers `n_bits`-bit quantized activations for `node`'s operator (MCT requires the
+    activation's width of the Add); True when there is no attached TPC."""
     if ctx.fqc is None:
         return True
     qco = ctx.fqc.get_qco(node.type, node.framework_attr)
@@ -147,12 +147,6 @@ def _tpc_allows(ctx: _Context, node: Node, n_bits: int) -> bool:
 
 def _needs_quantized_output(ctx: _Context) -> bool:
     return ctx.fqc is not None and ctx.fqc.tpc.tpc_platform_type in _QUANTIZED_KERNEL_OUTPUT_PLATFORMS
-
-
-def _offers_near_float_bits(ctx: _Context, act: Node) -> bool:
-    qco = ctx.fqc.get_qco(act.type, act.framework_attr)
-    return any(o.enable_activation_quantization and o.activation_n_bits == NEAR_FLOAT_BITS
-               for o in qco.quantization_configurations)
 
 
 def _new_config(template: NodeQuantizationConfig, quantized: bool) -> NodeQuantizationConfig:
@@ -283,7 +277,7 @@ def apply_shift_negative_correction(graph: Graph, adapter: FrameworkAdapter, sta
             log.info("shift-negative correction skips '%s': the TPC does not quantize its Add with %d bits",
                      act.name, n_bits)
             continue
-        if _needs_quantized_output(ctx) and not _offers_near_float_bits(ctx, act):
+        if _needs_quantized_output(ctx) and not _tpc_allows(ctx, act, NEAR_FLOAT_BITS):
             no_wide_grid.append(act.name)  # its output stays quantized at its own width: the shift gains nothing
             continue
         add, pad = _apply(ctx, plan)
