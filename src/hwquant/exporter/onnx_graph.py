@@ -5,6 +5,7 @@ The editor works on its own copies of the nodes (protobuf hands out a new wrappe
 so node identity only holds on copies) and writes them back with :meth:`GraphEditor.commit`."""
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
@@ -18,11 +19,7 @@ class GraphEditor:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.graph = model.graph
-        self.nodes: List[onnx.NodeProto] = []
-        for n in self.graph.node:
-            copy = onnx.NodeProto()
-            copy.CopyFrom(n)
-            self.nodes.append(copy)
+        self.nodes: List[onnx.NodeProto] = [copy.deepcopy(n) for n in self.graph.node]
         self._names = {n for node in self.nodes for n in list(node.input) + list(node.output)}
         self._names |= ({node.name for node in self.nodes} | {t.name for t in self.graph.initializer}
                         | {v.name for v in self.graph.input})

@@ -20,8 +20,11 @@ def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_con
     from hwquant.keras.adapter import KerasAdapter
     from hwquant.keras.capture import capture
     from hwquant.keras.data import KerasRepresentativeData
+    from hwquant.tpc import get_target_platform_capabilities
     from hwquant.tpc.serialization import load_target_platform_capabilities
 
+    if tpc_source is None:
+        tpc_source = get_target_platform_capabilities()
     if not isinstance(core_config, CoreConfig):
         raise InvalidConfigError(f"core_config must be a CoreConfig, got {type(core_config).__name__}")
     tpc = load_target_platform_capabilities(tpc_source)
@@ -60,16 +63,13 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     quantized activations through KerasActivationQuantizationHolder layers.
     """
     from hwquant.core.pipeline import run_ptq
-    from hwquant.tpc import get_target_platform_capabilities
 
     if debug_bypass(core_config):
         return in_model, None
     check_target(target_resource_utilization)
     start = time.perf_counter()
-    tpc_source = target_platform_capabilities if target_platform_capabilities is not None \
-        else get_target_platform_capabilities()
     with KERAS_LOCK:
-        state, data = _session(in_model, representative_data_gen, core_config, tpc_source)
+        state, data = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
         state.target = target_resource_utilization
         run_ptq(state, data)
         # (the bias-correction judge's model is this graph's quantized model: no second build)
@@ -86,12 +86,9 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
     as pytorch_resource_utilization_data)."""
     from hwquant.core.pipeline import prepare
     from hwquant.core.resource_utilization import base_config, compute_resource_utilization
-    from hwquant.tpc import get_target_platform_capabilities
 
     with KERAS_LOCK:
-        state, _ = _session(in_model, representative_data_gen, core_config,
-                            target_platform_capabilities if target_platform_capabilities is not None
-                            else get_target_platform_capabilities())
+        state, _ = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
         prepare(state)
         return compute_resource_utilization(state.graph, base_config, state.adapter)
 

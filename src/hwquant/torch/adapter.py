@@ -15,12 +15,10 @@ from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.torch.attach import attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
-from hwquant.torch.correction_facts import PytorchCorrectionFacts  # graph-correction facts (core/passes)
+from hwquant.torch.correction_facts import _CONVS, _TRANSPOSED, PytorchCorrectionFacts  # graph-correction facts (core/passes)
 from hwquant.torch.data import RepresentativeDataError
 from hwquant.torch.statistics import summarize_tensor
 
-_CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-_TRANSPOSED = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
 DEFAULT_PYTORCH_INFO = FrameworkInfo(

@@ -52,7 +52,6 @@ class ResourceModel:
         self.graph = graph
         self.nodes = list(configurable)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.rows: Dict[RUTarget, List[Row]] = {}
         weights = Row()
         for node in graph:
             self._add(weights, node, lambda cfg, n=node: node_weights_bytes(n, cfg))
@@ -69,7 +68,7 @@ class ResourceModel:
             km = kernel_macs(node, kernel_axes, kernel_attr)
             if km is not None:
                 self._add_product(bops, node, bits_source(graph, graph.node(node.inputs[0])), km[0], km[1])
-        self.rows = {RUTarget.WEIGHTS: [weights], RUTarget.ACTIVATION: activation,
+        self.rows: Dict[RUTarget, List[Row]] = {RUTarget.WEIGHTS: [weights], RUTarget.ACTIVATION: activation,
                      RUTarget.TOTAL: [weights.plus(r) for r in activation] or [weights], RUTarget.BOPS: [bops]}
 
     def _options(self, node: Node):

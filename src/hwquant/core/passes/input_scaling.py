@@ -81,11 +81,9 @@ def check_input_scaling(graph: Graph, adapter: FrameworkAdapter) -> None:
 def scale_statistics(stats: TensorStatistics, factor: float) -> TensorStatistics:
     """The statistics of the tensor multiplied by `factor` (> 0): a copy with every value, the
     histogram's bin width included, scaled (exact: the bin edges stay at integer multiples of the
-    width). Uses TensorStatistics.scaled when the class provides it."""
+    width)."""
     if not factor > 0:
         raise ValueError(f"factor must be > 0, got {factor!r}")
-    if hasattr(stats, "scaled"):
-        return stats.scaled(factor)
     out = copy.deepcopy(stats)
     for name in ("_mean", "_min", "_max", "_w"):
         setattr(out, name, getattr(out, name) * factor)
