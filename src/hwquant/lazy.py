@@ -51,4 +51,3 @@ def lazy_table(namespace: str, table: Dict[str, str], eager: Iterable[str] = ())
     def __dir__() -> List[str]:
         return sorted(set(table) | set(eager))
     return __getattr__, __dir__
-

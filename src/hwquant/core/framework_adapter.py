@@ -176,4 +176,3 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
                                max_samples: int) -> List[float]:
         """Each model's squared output error against ``reference``'s over its output energy, on the
         first ``max_samples`` samples of ``data`` (whole batches)."""
-

@@ -213,4 +213,3 @@ def map_input_refs(structure: Any, fn: Callable[[InputRef], Any]) -> Any:
     if isinstance(structure, slice):  # x[..., a:b] with bounds computed from tensor sizes
         return slice(*(map_input_refs(v, fn) for v in (structure.start, structure.stop, structure.step)))
     return structure
-

@@ -183,4 +183,3 @@ def lower_mctq_to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     ed.commit()
     set_domain(model, MCTQ_DOMAIN, None)
     return model
-

@@ -132,4 +132,3 @@ def apply_input_scaling(graph: Graph, adapter: FrameworkAdapter,
         statistics[inp.name] = scale_statistics(stats, 1.0 / factor)
         scales[inp.name] = 1.0 / factor
     return scales
-

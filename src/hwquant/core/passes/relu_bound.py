@@ -55,4 +55,3 @@ def bound_relus_to_power_of_2(graph: Graph, adapter: FrameworkAdapter) -> int:
         adapter.set_activation_bounds(act, 0.0, RELU_POT_BOUND)
         changed += 1
     return changed
-

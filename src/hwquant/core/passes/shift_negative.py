@@ -312,4 +312,3 @@ def apply_shift_negative_correction(graph: Graph, adapter: FrameworkAdapter, sta
         if bias_cfg is not None and bias_cfg.enable_weights_quantization:
             set_weights_params(layer.final_config, layer.weights)
     return len(adds)
-

@@ -22,8 +22,6 @@ from hwquant.torch.metadata import attach_metadata
 log = logging.getLogger("hwquant.gptq")
 
 
-
-
 def pytorch_gradient_post_training_quantization(
         model: Any, representative_data_gen: Callable[[], Any],
         target_resource_utilization: Optional[ResourceUtilization] = None, core_config: CoreConfig = CoreConfig(),
