@@ -6,26 +6,10 @@
 
 The public namespaces mirror the documented Model Compression Toolkit API.
 """
-from hwquant import (  # noqa: F401,E402
-                     constants,
-                     core,
-                     exporter,
-                     gptq,
-                     ptq,
-                     qat,
-                     target_platform,
-                     target_platform_capabilities,
-                     trainable_infrastructure,
-                     wrapper,
-)
-from hwquant.core import (  # noqa: F401,E402
-                     CoreConfig,
-                     DefaultDict,
-                     FrameworkInfo,
-                     QuantizationConfig,
-                     QuantizationErrorMethod,
-                     ThresholdSelectionMethod,
-)
+from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
+                     target_platform_capabilities, trainable_infrastructure, wrapper)
+from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
+                          QuantizationErrorMethod, ThresholdSelectionMethod)
 from hwquant.lazy import lazy_table  # noqa: E402
 from hwquant.logger import set_log_folder, set_progress_bars  # noqa: F401,E402
 from hwquant.tpc import QuantizationMethod, get_target_platform_capabilities, get_target_platform_capabilities_sdsp  # noqa: F401,E402

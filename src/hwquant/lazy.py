@@ -7,7 +7,8 @@ extra to install, instead of a bare ModuleNotFoundError from deep inside the pac
 from __future__ import annotations
 
 import importlib
-from typing import Any, Dict, Iterable, List
+from types import ModuleType
+from typing import Any, Dict, List, Optional
 
 from hwquant.errors import HwquantError
 
@@ -40,14 +41,16 @@ def resolve(namespace: str, name: str, module: str) -> Any:
     return getattr(loaded, name)
 
 
-def lazy_table(namespace: str, table: Dict[str, str], eager: Iterable[str] = ()) -> tuple:
+def lazy_table(namespace: str, table: Dict[str, str], module_globals: Optional[Dict[str, Any]] = None) -> tuple:
     """(``__getattr__``, ``__dir__``) for a module whose names in ``table`` ({name: defining module})
-    load on first use; ``eager``: the names the module defines itself."""
+    load on first use; ``module_globals``: the module's own (its public names are listed too)."""
     def __getattr__(name: str) -> Any:
         if name in table:
             return resolve(namespace, name, table[name])
         raise AttributeError(f"module {namespace!r} has no attribute {name!r}")
 
     def __dir__() -> List[str]:
-        return sorted(set(table) | set(eager))
+        own = (module_globals or {}).items()
+        return sorted(set(table) | {n for n, v in own if not n.startswith("_") and not isinstance(v, ModuleType)
+                                    and v is not lazy_table})
     return __getattr__, __dir__

@@ -7,22 +7,8 @@ layers (today's FrameworkQuantizationCapabilities), filled inside `with tpc:`.
 from hwquant.tpc.attachment import FrameworkQuantizationCapabilities as TargetPlatformCapabilities  # noqa: F401
 from hwquant.tpc.attachment import OperationsSetToLayers, OperationsToLayers  # noqa: F401
 from hwquant.tpc.enums import OperatorSetNames, QuantizationMethod, Signedness  # noqa: F401
-from hwquant.tpc.layer_filters import (  # noqa: F401
-                                       AttributeFilter,
-                                       Contains,
-                                       Eq,
-                                       Greater,
-                                       GreaterEq,
-                                       LayerFilterParams,
-                                       NotEq,
-                                       Smaller,
-                                       SmallerEq,
-)
-from hwquant.tpc.legacy import (  # noqa: F401
-                                       Fusing,
-                                       OperatorSetConcat,
-                                       OperatorsSet,
-                                       TargetPlatformModel,
-                                       get_default_quantization_config_options,
-)
+from hwquant.tpc.layer_filters import (AttributeFilter, Contains, Eq, Greater, GreaterEq,  # noqa: F401
+                                       LayerFilterParams, NotEq, Smaller, SmallerEq)
+from hwquant.tpc.legacy import (Fusing, OperatorSetConcat, OperatorsSet, TargetPlatformModel,  # noqa: F401
+                                get_default_quantization_config_options)
 from hwquant.tpc.schema import AttributeQuantizationConfig, OperatorSetGroup, OpQuantizationConfig, QuantizationConfigOptions  # noqa: F401

@@ -49,8 +49,7 @@ def enum_coercer(enum_cls: type) -> BeforeValidator:
 Flag = Annotated[bool, BeforeValidator(as_bool)]
 NBits = Annotated[int, BeforeValidator(as_int),
                   _rule(lambda v: MIN_N_BITS <= v <= MAX_N_BITS, f"must be from {MIN_N_BITS} to {MAX_N_BITS} bits")]
-PositiveFinite = Annotated[float, BeforeValidator(as_real),
-                           _rule(lambda v: 0 < v < math.inf, "must be > 0 and finite")]
+PositiveFinite = Annotated[float, BeforeValidator(as_real), _rule(lambda v: 0 < v < math.inf, "must be > 0 and finite")]
 NonNegative = Annotated[float, BeforeValidator(as_real), _rule(lambda v: v >= 0, "must be >= 0 (inf = unlimited)")]
 QMethod = Annotated[QuantizationMethod, enum_coercer(QuantizationMethod)]
 
@@ -525,8 +524,7 @@ class CoreConfig(ValidatedConfig):
         "quantization_config": QuantizationConfig, "mixed_precision_config": MixedPrecisionQuantizationConfig,
         "bit_width_config": BitWidthConfig, "debug_config": DebugConfig}
 
-    @field_validator("quantization_config", "mixed_precision_config", "bit_width_config", "debug_config",
-                     mode="before")
+    @field_validator("quantization_config", "mixed_precision_config", "bit_width_config", "debug_config", mode="before")
     @classmethod
     def _default_when_none(cls, v: Any, info: Any) -> Any:
         expected = cls._defaults[info.field_name]

@@ -164,12 +164,10 @@ class FrameworkInfo:
             "activation_quantizer_mapping", values.get("activation_quantizer_mapping", {}))
         self.weights_quantizer_mapping = _quantizer_mapping(
             "weights_quantizer_mapping", values.get("weights_quantizer_mapping", {}))
-        self.kernel_channels_mapping = _kernel_channels("kernel_channels_mapping",
-                                                        values["kernel_channels_mapping"])
+        self.kernel_channels_mapping = _kernel_channels("kernel_channels_mapping", values["kernel_channels_mapping"])
         self.activation_min_max_mapping = _min_max_mapping("activation_min_max_mapping",
                                                            values.get("activation_min_max_mapping", {}))
-        self.layer_min_max_mapping = _min_max_mapping("layer_min_max_mapping",
-                                                      values.get("layer_min_max_mapping", {}))
+        self.layer_min_max_mapping = _min_max_mapping("layer_min_max_mapping", values.get("layer_min_max_mapping", {}))
         overlap = [t for t in self.no_quantization_ops if t in self.kernel_ops or t in self.activation_ops]
         if overlap:
             raise ValueError(f"FrameworkInfo: {overlap!r} listed in no_quantization_ops and also in kernel_ops or "

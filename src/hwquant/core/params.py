@@ -83,8 +83,7 @@ class _Profile:
 # kernel SQNR +1 to +3 dB per depthwise layer, weights-only output SQNR 25.1 -> 29.2 dB). A
 # histogram's bin centres have no such alignment to gain from.
 _ACT = _Profile(n_coarse=64, r_min=1 / 64, n_refine=8, n_stages=2, m_grid=7, n_grid_stages=3)
-_WEIGHTS = _Profile(n_coarse=20, r_min=1 / 32, n_refine=8, n_stages=2, m_grid=5, n_grid_stages=3,
-                    n_above=60, r_max=1.3)
+_WEIGHTS = _Profile(n_coarse=20, r_min=1 / 32, n_refine=8, n_stages=2, m_grid=5, n_grid_stages=3, n_above=60, r_max=1.3)
 # Only where a channel has few weights: with many, every threshold aligns about as well, and the weight
 # error's small gain above no-clipping is noise that the output pays for (MTCNN O-Net's 256-input face
 # classifier: face-probability SQNR 31.8 dB searched above, 36.6 dB not; MCT 35.2).

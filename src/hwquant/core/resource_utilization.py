@@ -130,8 +130,7 @@ def activation_elements(node: Node) -> int:
 
 def activation_memory(graph: Graph, config_of: ConfigOf) -> float:
     bits = activation_bits(graph, config_of)
-    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph)),
-               default=0.0)
+    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph)), default=0.0)
 
 
 def kernel_macs(node: Node, kernel_axes: Callable[[Node], Optional[tuple]],

@@ -1,11 +1,7 @@
 """`mct.exporter`: write quantized models for deployment and read them back. The formats are
 framework-free; the exporters of each framework, and the onnx / onnxruntime helpers, load on first use."""
-from hwquant.exporter.formats import (  # noqa: F401
-                                      DEFAULT_ONNX_OPSET_VERSION,
-                                      KerasExportSerializationFormat,
-                                      PytorchExportSerializationFormat,
-                                      QuantizationFormat,
-)
+from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSerializationFormat,  # noqa: F401
+                                      PytorchExportSerializationFormat, QuantizationFormat)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table("hwquant.exporter", {
@@ -18,5 +14,4 @@ __getattr__, __dir__ = lazy_table("hwquant.exporter", {
     "is_keras_layer_exportable": "hwquant.keras.export",
     "mctq_inference_session": "hwquant.exporter.onnx_runtime",
     "lower_mctq": "hwquant.exporter.onnx_runtime",
-}, eager=("DEFAULT_ONNX_OPSET_VERSION", "KerasExportSerializationFormat", "PytorchExportSerializationFormat",
-          "QuantizationFormat"))
+}, globals())

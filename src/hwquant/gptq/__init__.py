@@ -1,16 +1,10 @@
 """`mct.gptq`: gradient-based post-training quantization. The configuration is framework-free; each
 framework's functions load on first use (hwquant.torch.gptq)."""
-from hwquant.gptq.config import (  # noqa: F401
-                                 GPTQHessianScoresConfig,
-                                 GradientPTQConfig,
-                                 GradualActivationQuantizationConfig,
-                                 QFractionLinearAnnealingConfig,
-                                 RoundingType,
-)
+from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # noqa: F401
+                                 GradualActivationQuantizationConfig, QFractionLinearAnnealingConfig, RoundingType)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table("hwquant.gptq", {
     "get_pytorch_gptq_config": "hwquant.torch.gptq.config",
     "pytorch_gradient_post_training_quantization": "hwquant.torch.gptq.facade",
-}, eager=("GPTQHessianScoresConfig", "GradientPTQConfig", "GradualActivationQuantizationConfig",
-          "QFractionLinearAnnealingConfig", "RoundingType"))
+}, globals())

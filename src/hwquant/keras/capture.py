@@ -74,8 +74,7 @@ def _layer_weights(layer: Any) -> Dict[str, np.ndarray]:
 def _splits_activation(op: Any, activation: Any) -> bool:
     """Whether the layer's `activation` applies to its output (a recurrent layer's is inside its cell)."""
     keras = _keras()
-    return (not isinstance(op, (keras.layers.Activation, keras.layers.RNN))
-            and activation not in (None, "linear"))
+    return (not isinstance(op, (keras.layers.Activation, keras.layers.RNN)) and activation not in (None, "linear"))
 
 
 def _separable_parts(op: Any, config: Dict[str, Any], name: str) -> List[tuple]:

@@ -6,4 +6,4 @@ from hwquant.trainable_infrastructure.common import TrainingMethod  # noqa: F401
 __getattr__, __dir__ = lazy_table("hwquant.qat", {
     "pytorch_quantization_aware_training_init_experimental": "hwquant.torch.qat",
     "pytorch_quantization_aware_training_finalize_experimental": "hwquant.torch.qat",
-}, eager=("QATConfig", "TrainingMethod"))
+}, globals())

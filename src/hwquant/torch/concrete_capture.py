@@ -326,8 +326,7 @@ class _Tracer(TorchFunctionMode):
             args = (args[0], tuple(args[1]))  # what torch reads a list of slices as (deprecated spelling)
         if name in _OPERATORS:
             fn, swapped = _OPERATORS[name]
-            return self.record("call_function", fn, (args[1], args[0], *args[2:]) if swapped else args, kwargs,
-                               result)
+            return self.record("call_function", fn, (args[1], args[0], *args[2:]) if swapped else args, kwargs, result)
         if name in _IN_PLACE_OPERATORS:
             return self.record("call_method", _IN_PLACE_OPERATORS[name], args, kwargs, result)
         if _is_tensor_method(func, name):

@@ -86,8 +86,7 @@ def _graph_modules_and_inputs(model: nn.Module, example: Sequence[torch.Tensor])
 
 def _heads(node: fx.Node) -> int:
     """The number of heads of a product of two 4-D tensors with the same dimension 1 (else 0)."""
-    shapes = [getattr(a.meta.get("tensor_meta"), "shape", None) if isinstance(a, fx.Node) else None
-              for a in node.args]
+    shapes = [getattr(a.meta.get("tensor_meta"), "shape", None) if isinstance(a, fx.Node) else None for a in node.args]
     if len(shapes) == 2 and all(s is not None and len(s) == 4 for s in shapes) and shapes[0][1] == shapes[1][1]:
         return int(shapes[0][1])
     return 0

@@ -4,19 +4,11 @@ The configs and the registry are framework-free; each framework's quantizers loa
 (`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`: hwquant.torch.trainable).
 """
 from hwquant.lazy import lazy_table
-from hwquant.trainable_infrastructure.common import (  # noqa: F401
-                                                     QuantizationTarget,
-                                                     TrainingMethod,
-                                                     VariableGroup,
-                                                     get_trainable_quantizer_class,
-                                                     mark_quantizer,
-                                                     registered_quantizers,
-)
-from hwquant.trainable_infrastructure.config import (  # noqa: F401
-                                                     TrainableQuantizerActivationConfig,
-                                                     TrainableQuantizerCandidateConfig,
-                                                     TrainableQuantizerWeightsConfig,
-)
+from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod, VariableGroup,  # noqa: F401
+                                                     get_trainable_quantizer_class, mark_quantizer,
+                                                     registered_quantizers)
+from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,  # noqa: F401
+                                                     TrainableQuantizerCandidateConfig, TrainableQuantizerWeightsConfig)
 
 _TORCH = "hwquant.torch.trainable"
 __getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
@@ -25,7 +17,4 @@ __getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
         "LSQSymmetricActivationTrainableQuantizer", "LSQSymmetricWeightsTrainableQuantizer",
         "LSQUniformActivationTrainableQuantizer", "LSQUniformWeightsTrainableQuantizer",
         "STESymmetricActivationTrainableQuantizer", "STESymmetricWeightsTrainableQuantizer",
-        "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")},
-    eager=("QuantizationTarget", "TrainingMethod", "VariableGroup", "get_trainable_quantizer_class", "mark_quantizer",
-           "registered_quantizers", "TrainableQuantizerActivationConfig", "TrainableQuantizerCandidateConfig",
-           "TrainableQuantizerWeightsConfig"))
+        "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")}, globals())

@@ -13,8 +13,7 @@ from pydantic import BeforeValidator, field_validator, model_validator
 
 from hwquant.core.config import Flag, NBits, PositiveFinite, QMethod, ValidatedConfig
 
-__all__ = ["TrainableQuantizerCandidateConfig", "TrainableQuantizerWeightsConfig",
-           "TrainableQuantizerActivationConfig"]
+__all__ = ["TrainableQuantizerCandidateConfig", "TrainableQuantizerWeightsConfig", "TrainableQuantizerActivationConfig"]
 
 
 def _check_params(v: Any) -> Any:

@@ -231,8 +231,7 @@ def _apply(ctx: _Context, plan: _Plan) -> Tuple[Node, Optional[Node]]:
     return add, pad
 
 
-def _shift_statistics(ctx: _Context, plan: _Plan, add: Node, pad: Optional[Node],
-                      uniform_shapes: bool) -> List[str]:
+def _shift_statistics(ctx: _Context, plan: _Plan, add: Node, pad: Optional[Node], uniform_shapes: bool) -> List[str]:
     """The statistics of the tensors the shift created or moved, derived from those collected (the
     add and the bypass ops hold x + c; a pad node also its border of c), so that no pass over the
     data is needed. Returns the names that could not be derived (to collect from data): a pad

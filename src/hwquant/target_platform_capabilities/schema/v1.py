@@ -9,17 +9,11 @@ its JSON loads through the v1 -> v2 migration of `hwquant.tpc.serialization`.
 from typing import Literal
 
 from hwquant.target_platform_capabilities.schema import mct_current_schema as _current
-from hwquant.target_platform_capabilities.schema.mct_current_schema import (  # noqa: F401
-    AttributeQuantizationConfig,
-    Fusing,
-    OperatorSetGroup,
-    OperatorSetNames,
-    OperatorsSet,
-    OpQuantizationConfig,
-    QuantizationConfigOptions,
-    QuantizationMethod,
-    Signedness,
-)
+from hwquant.target_platform_capabilities.schema.mct_current_schema import (AttributeQuantizationConfig,  # noqa: F401
+                                                                            Fusing, OperatorSetGroup, OperatorSetNames,
+                                                                            OperatorsSet, OpQuantizationConfig,
+                                                                            QuantizationConfigOptions,
+                                                                            QuantizationMethod, Signedness)
 
 SCHEMA_VERSION = 1
 

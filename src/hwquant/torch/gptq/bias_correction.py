@@ -66,8 +66,7 @@ def correct_biases(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray], a
     def measured(data: List[torch.Tensor]) -> List[str]:
         axes = [channel_axis(graph.node(name)) for name in point_names]
         means = dict(zip(point_names, channel_means(lambda x: teacher(*x)[1], axes, data, batch_size)))
-        return correct_output_means(graph, adapter, {k: means[k] for k in layers}, data, batch_size,
-                                    observed=point_of)
+        return correct_output_means(graph, adapter, {k: means[k] for k in layers}, data, batch_size, observed=point_of)
 
     fit = [s[0::2] for s in samples]
     judge = [s[1::2] for s in samples] if len(samples[0]) > 1 else fit
