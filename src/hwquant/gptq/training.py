@@ -1,25 +1,11 @@
 """The GPTQ training loop, written once for every framework: learn how each quantized kernel rounds so
-that the quantized model's activations at the interest points follow the float model's, on unlabelled
-representative data.
+that the quantized model's activations at the interest points follow the float model's (the student and
+teacher, interest points, soft rounding and losses: docs/architecture.md, "GPTQ").
 
-Two models come from the PTQ graphs: the float teacher (the graph before bias correction) and the
-student, the quantized model with a GPTQ weight quantizer on every quantized kernel and frozen
-straight-through activation quantizers (optionally eased in by gradual activation quantization).
-Interest points: the output of every layer whose kernel trains, taken where it is quantized, before its
-activation quantizer: after the activation fused into it, if any (a ReLU's negative side is lost anyway,
-and the fused output is the tensor the next layers see). The loss compares them, weighted by
-Hessian-based scores (per point, or per sample and point: sample-layer attention), plus the
-soft-rounding regulariser. After training, the learned weights (on the grid), biases and, if learned,
-quantization parameters are written into the graph, from which the ordinary quantized model is built,
-with a bias correction for the learned rounding where the configuration asks for one.
-
-This module decides everything that does not depend on the framework: the schedules, the loss and
-regulariser weights, the epochs and steps, what is written back and reported. A framework gives the
-models and the arithmetic through a ``GPTQBackend`` (torch/gptq/training.py).
-
-Why the float biases: soft rounding starts at the float kernels, so the biases that go with them are the
-float ones (bias correction compensates nearest rounding, which GPTQ replaces; starting from corrected
-biases the optimiser spends its steps undoing the correction through the rounding).
+This module decides what does not depend on the framework: the schedules, the loss and regulariser
+weights, the epochs and steps, what is written back and reported. A framework gives the models and the
+arithmetic through a ``GPTQBackend`` (torch/gptq/training.py). Training starts from the float kernels and
+biases: bias correction compensates nearest rounding, which GPTQ replaces.
 """
 from __future__ import annotations
 

@@ -1,17 +1,8 @@
-"""PyTorch's back end of the mixed-precision sensitivity loop (core/mixed_precision/measurement.py).
-
-* Measurement primitives. The quantized model is built once with every configurable node at its largest
-  candidate; a node's candidate is put in by swapping that node's quantizers (no rebuild), and only the
-  part of the graph downstream of it is run again, everything upstream coming from a cache of the
-  baseline run.
-* Probes: an estimate of the same figures, the default where nothing requires measuring. Quantizing
-  node i with candidate c changes its output by ``dY = Y_c - Y``. To first order the distance it causes
-  at a point p is ``|J_pi dY|^2``. For random Gaussian vectors v_p at the points,
-  ``g_i = d(sum_p a_p v_p . Y_p) / dY_i`` gives ``E[(g_i . dY)^2] = sum_p a_p^2 |J_pi dY|^2``: one backward
-  pass of the float model serves every node and every candidate, where measuring means one forward pass
-  per candidate. With ``a_p^2 = weight_p / E|Y_p|^2`` that is the weighted sum of normalised distances
-  (AVG: interest points alike; LAST_LAYER: the last one; HESSIAN: by the Gauss-Newton trace of the
-  outputs with respect to each point). The local term (p = i) is exact: J_ii is the identity.
+"""PyTorch's back end of the mixed-precision sensitivity loop (core/mixed_precision/measurement.py):
+the measurement primitives (the quantized model built once, a node's candidate put in by swapping its
+quantizers, only the part downstream of it run again from a cache of the baseline run) and the
+estimate used where nothing requires measuring: Gauss-Newton probes through one backward pass of the
+float model (docs/architecture.md, "Mixed precision"; the local term is exact, J_ii being the identity).
 """
 from __future__ import annotations
 
