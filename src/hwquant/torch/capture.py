@@ -51,21 +51,17 @@ def _defaulted_arguments(model: torch.nn.Module, n_given: int) -> Dict[str, Any]
     """forward's parameters beyond the `n_given` leading ones the batches give (positionally, or by
     name: data.py orders a dict batch by the parameters), at their defaults (traced as constants); a
     parameter with no default that the data does not fill is refused by name."""
-    concrete: Dict[str, Any] = {}
     params = [p for p in inspect.signature(model.forward).parameters.values()
               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    for i, p in enumerate(params):
-        positional = p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        if i < n_given:
-            continue
+    for p in params[n_given:]:
         if p.default is inspect.Parameter.empty:
+            keyword_only = p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
             raise CaptureError(
-                f"{type(model).__name__}.forward takes {'keyword-only ' if not positional else ''}argument "
+                f"{type(model).__name__}.forward takes {'keyword-only ' if keyword_only else ''}argument "
                 f"'{p.name}' with no default, which the representative batches do not give: give it a default, "
                 f"yield each batch as a dict naming every input ({{'{params[0].name}': ..., '{p.name}': ...}}), or "
                 "wrap the model in a module whose forward takes only tensors")
-        concrete[p.name] = p.default
-    return concrete
+    return {p.name: p.default for p in params[n_given:]}
 
 
 def _drop_specialised_inputs(gm: fx.GraphModule, n_given: int) -> None:
@@ -199,6 +195,5 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
         raise CaptureError(f"{name} failed to run on the representative inputs (shapes "
                            f"{[tuple(x.shape) for x in example_inputs]}, dtypes "
                            f"{[str(x.dtype).removeprefix('torch.') for x in example_inputs]}): "
-                           f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
-                           + _run_failure_hint(example_inputs)) from e
+                           f"{_first_line(cause)}" + _run_failure_hint(example_inputs)) from e
     return graph_from_fx(gm, name)

@@ -112,8 +112,7 @@ _IN_PLACE_OPERATORS = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_
 
 def _is_leaf_layer(module: nn.Module) -> bool:
     """A standard torch layer, recorded whole (torch.fx's default leaves: torch.nn but its containers)."""
-    mod = type(module).__module__
-    return (mod.startswith("torch.nn") or mod.startswith("torch.ao.nn")) and not isinstance(
+    return type(module).__module__.startswith(("torch.nn", "torch.ao.nn")) and not isinstance(
         module, (nn.Sequential, nn.ModuleList, nn.ModuleDict))
 
 
@@ -122,10 +121,6 @@ def _function_name(func: Callable) -> str:
     if name == "__get__":  # a tensor property read: Tensor.shape.__get__
         return "get:" + getattr(getattr(func, "__self__", None), "__name__", "?")
     return name
-
-
-def _is_tensor_method(func: Callable, name: str) -> bool:
-    return getattr(torch.Tensor, name, None) is func or getattr(torch._C.TensorBase, name, None) is func
 
 
 @dataclass(frozen=True)
@@ -329,7 +324,7 @@ class _Tracer(TorchFunctionMode):
             return self.record("call_function", fn, (args[1], args[0], *args[2:]) if swapped else args, kwargs, result)
         if name in _IN_PLACE_OPERATORS:
             return self.record("call_method", _IN_PLACE_OPERATORS[name], args, kwargs, result)
-        if _is_tensor_method(func, name):
+        if getattr(torch.Tensor, name, None) is func or getattr(torch._C.TensorBase, name, None) is func:
             return self.record("call_method", name, args, kwargs, result)
         return self.record("call_function", func, args, kwargs, result)
 
