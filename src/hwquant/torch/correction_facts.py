@@ -58,6 +58,19 @@ def _tuple(v: Any, n: int) -> Tuple[int, ...]:
     return tuple(int(x) for x in v) if isinstance(v, (tuple, list)) else (int(v),) * n
 
 
+def _same_padding(kernel_size: Sequence[int], dilation: Sequence[int]) -> Tuple[Tuple[int, int], ...]:
+    """torch's 'same' padding (stride 1): total d * (k - 1) per dimension, the smaller half before."""
+    return tuple((d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(kernel_size, dilation))
+
+
+def _member(value: Any, table: Any) -> bool:
+    """`value in table`; False for an unhashable value (a node type that is no layer or function)."""
+    try:
+        return value in table
+    except TypeError:
+        return False
+
+
 def _bound_arguments(node: Node) -> Optional[Dict[str, Any]]:
     """The call's arguments by parameter name (function nodes), or None if they cannot be bound."""
     try:
@@ -80,10 +93,7 @@ class PytorchCorrectionFacts:
             n = len(m.kernel_size)
             k, s, d = _tuple(m.kernel_size, n), _tuple(m.stride, n), _tuple(m.dilation, n)
             if isinstance(m.padding, str):
-                if m.padding == "valid":
-                    pad = ((0, 0),) * n
-                else:  # 'same' (stride 1): torch pads total = d * (k - 1), the smaller half before
-                    pad = tuple((di * (ki - 1) // 2, di * (ki - 1) - di * (ki - 1) // 2) for ki, di in zip(k, d))
+                pad = ((0, 0),) * n if m.padding == "valid" else _same_padding(k, d)
             else:
                 pad = tuple((p, p) for p in _tuple(m.padding, n))
             kind = "conv_transpose" if isinstance(m, _TRANSPOSED) else "conv"
@@ -111,8 +121,7 @@ class PytorchCorrectionFacts:
             lo, hi = zip(*g.padding) if g.padding else ((), ())
             if lo == hi:
                 padding: Any = tuple(lo)
-            elif all(s == 1 for s in g.stride) and g.padding == tuple(
-                    (d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(g.kernel_size, g.dilation)):
+            elif all(s == 1 for s in g.stride) and g.padding == _same_padding(g.kernel_size, g.dilation):
                 padding = "same"
             else:
                 raise ValueError(f"node '{node.name}': PyTorch convolutions cannot pad {g.padding} (asymmetric)")
@@ -161,10 +170,9 @@ class PytorchCorrectionFacts:
             if node.type is F.relu6:
                 return ActivationInfo("relu6", 0.0, 6.0)
             return ActivationInfo("hardtanh", float(args.get("min_val", -1.0)), float(args.get("max_val", 1.0)))
-        try:
-            name, homogeneous = _ACTIVATION_FUNCTIONS[node.type]
-        except (KeyError, TypeError):
+        if not _member(node.type, _ACTIVATION_FUNCTIONS):
             return None
+        name, homogeneous = _ACTIVATION_FUNCTIONS[node.type]
         return ActivationInfo(name, 0.0 if name == "relu" else None, None, homogeneous)
 
     def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
@@ -180,12 +188,8 @@ class PytorchCorrectionFacts:
 
     # ---- graph patterns --------------------------------------------------------------------------
     def is_add(self, node: Node) -> bool:
-        if node.kind not in (NodeKind.FUNCTION, NodeKind.METHOD) or len(node.inputs) != 2:
-            return False
-        try:
-            if node.type not in _ADDS:
-                return False
-        except TypeError:
+        if node.kind not in (NodeKind.FUNCTION, NodeKind.METHOD) or len(node.inputs) != 2 \
+                or not _member(node.type, _ADDS):
             return False
         refs = node.call_args
         extra = {k: v for k, v in node.call_kwargs.items() if not (k == "alpha" and v == 1)}
@@ -198,12 +202,7 @@ class PytorchCorrectionFacts:
             if isinstance(m, _AVG_POOLS):
                 return not any(_tuple(m.padding, 1)) or not m.count_include_pad
             return isinstance(m, _SHIFT_COMMUTING_MODULES)
-        if node.kind in (NodeKind.FUNCTION, NodeKind.METHOD):
-            try:
-                return node.type in _SHIFT_COMMUTING_CALLS
-            except TypeError:
-                return False
-        return False
+        return node.kind in (NodeKind.FUNCTION, NodeKind.METHOD) and _member(node.type, _SHIFT_COMMUTING_CALLS)
 
     def commutes_with_channel_scale(self, node: Node) -> bool:
         if node.kind == NodeKind.MODULE:
@@ -212,10 +211,7 @@ class PytorchCorrectionFacts:
             if node.type is F.pad:
                 args = _bound_arguments(node)
                 return args is not None and args.get("mode", "constant") == "constant" and not args.get("value")
-            try:
-                return node.type in _CHANNEL_SCALE_COMMUTING_CALLS
-            except TypeError:
-                return False
+            return _member(node.type, _CHANNEL_SCALE_COMMUTING_CALLS)
         return False
 
     # ---- new nodes -------------------------------------------------------------------------------
@@ -225,9 +221,7 @@ class PytorchCorrectionFacts:
 
     def pad_node(self, name: str, input_name: str, padding: Sequence[Tuple[int, int]], value: float,
                  output_shape: Any) -> Node:
-        pad = []
-        for lo, hi in reversed(list(padding)):  # F.pad starts from the last dim
-            pad += [int(lo), int(hi)]
-        kwargs = {"pad": tuple(pad), "mode": "constant", "value": float(value)}
+        pad = tuple(int(v) for lo, hi in reversed(list(padding)) for v in (lo, hi))  # F.pad starts from the last dim
+        kwargs = {"pad": pad, "mode": "constant", "value": float(value)}
         return Node(name, NodeKind.FUNCTION, F.pad, [input_name], dict(kwargs), {}, F.pad, (InputRef(0),), kwargs,
                     output_shape)
