@@ -241,22 +241,17 @@ def fold_layer_norm(gm: fx.GraphModule) -> int:
                 or _only_user(root) is not div or div.args[1] is not root:
             continue
         size = int(x.meta["tensor_meta"].shape[-1])
-        chain, last, gamma, beta = [mean1, sub, sq, mean2, add, root, div], div, None, None
-        user = _only_user(last)
-        pair = _binary(user, "mul")
-        c = _constant(gm, _other(pair, last)) if pair is not None else None
-        if c is not None and c.numel() == size and c.shape[-1] == size:
-            gamma, last = c.reshape(-1), user
-            chain.append(user)
-        user = _only_user(last)
-        pair = _binary(user, "add")
-        c = _constant(gm, _other(pair, last)) if pair is not None else None
-        if c is not None and c.numel() == size and c.shape[-1] == size:
-            beta, last = c.reshape(-1), user
-            chain.append(user)
+        chain, last, affine = [mean1, sub, sq, mean2, add, root, div], div, {}
+        for op in ("mul", "add"):  # an optional scale (gamma), then an optional shift (beta)
+            user = _only_user(last)
+            pair = _binary(user, op)
+            c = _constant(gm, _other(pair, last)) if pair is not None else None
+            if c is not None and c.numel() == size and c.shape[-1] == size:
+                affine[op], last = c.reshape(-1), user
+                chain.append(user)
         norm = nn.LayerNorm(size, eps=eps, device="meta")  # (meta: no draw from torch's global generator)
-        norm.weight = nn.Parameter(gamma.clone() if gamma is not None else torch.ones(size), requires_grad=False)
-        norm.bias = nn.Parameter(beta.clone() if beta is not None else torch.zeros(size), requires_grad=False)
+        norm.weight = nn.Parameter(affine["mul"].clone() if "mul" in affine else torch.ones(size), requires_grad=False)
+        norm.bias = nn.Parameter(affine["add"].clone() if "add" in affine else torch.zeros(size), requires_grad=False)
         name = _fresh_name(gm, f"{x.name}_layer_norm")
         gm.add_submodule(name, norm.eval())
         replace_nodes(gm, last, chain, "call_module", name, (x,))
