@@ -63,8 +63,7 @@ class _Frozen(BaseModel):
         if unknown:
             raise ValueError(
                 f"{type(self).__name__} has no field(s) {unknown}; valid fields: {sorted(type(self).model_fields)}")
-        data = {name: getattr(self, name) for name in type(self).model_fields}
-        data.update(changes)
+        data = {**{name: getattr(self, name) for name in type(self).model_fields}, **changes}
         return type(self).model_validate(data)  # re-validate: model_copy would skip the rules
 
 
@@ -184,7 +183,7 @@ class QuantizationConfigOptions(_Frozen):
         options = self.quantization_configurations
         if not options:
             raise ValueError("quantization_configurations is empty: give at least one OpQuantizationConfig")
-        if len(set(map(_config_key, options))) != len(options):
+        if len({o.model_dump_json() for o in options}) != len(options):
             raise ValueError("quantization_configurations holds the same configuration twice; options must differ")
         if self.base_config is None:
             if len(options) > 1:
@@ -220,10 +219,6 @@ class QuantizationConfigOptions(_Frozen):
 
     def get_info(self) -> Dict[str, Any]:
         return {f"option_{i}": cfg.get_info() for i, cfg in enumerate(self.quantization_configurations)}
-
-
-def _config_key(cfg: OpQuantizationConfig) -> str:
-    return cfg.model_dump_json()
 
 
 class OperatorsSet(_Frozen):
@@ -409,18 +404,14 @@ def _describe_op_config(cfg: OpQuantizationConfig) -> str:
             act += f" {cfg.signedness.name.lower()}"
         if cfg.fixed_scale is not None:
             act += f" fixed scale {cfg.fixed_scale:g} zp {cfg.fixed_zero_point}"
-    weights = []
+    def weights(name: str, a: AttributeQuantizationConfig) -> str:
+        if not a.enable_weights_quantization:
+            return f"{name} float"
+        per = "per-channel" if a.weights_per_channel_threshold else "per-tensor"
+        return f"{name} {a.weights_quantization_method.name} {a.weights_n_bits}b {per}"
     d = cfg.default_weight_attr_config
-    if d.enable_weights_quantization:
-        weights.append(f"constants {d.weights_quantization_method.name} {d.weights_n_bits}b "
-                       f"{'per-channel' if d.weights_per_channel_threshold else 'per-tensor'}")
-    for attr, a in sorted(cfg.attr_weights_configs_mapping.items()):
-        if a.enable_weights_quantization:
-            per = "per-channel" if a.weights_per_channel_threshold else "per-tensor"
-            weights.append(f"{attr} {a.weights_quantization_method.name} {a.weights_n_bits}b {per}")
-        else:
-            weights.append(f"{attr} float")
-    return "; ".join([act] + weights)
+    parts = [act] + ([weights("constants", d)] if d.enable_weights_quantization else [])
+    return "; ".join(parts + [weights(attr, a) for attr, a in sorted(cfg.attr_weights_configs_mapping.items())])
 
 
 def describe(tpc: TargetPlatformCapabilities) -> str:
@@ -438,7 +429,7 @@ def describe(tpc: TargetPlatformCapabilities) -> str:
         lines.append(f"    {s.name}: {_describe_op_config(base)}"
                      + (f"  [+{len(opts) - 1} mixed-precision option(s)]" if len(opts) > 1 else ""))
         for o in opts:
-            if o is not s.qc_options.base_config and o != s.qc_options.base_config:
+            if o != base:
                 lines.append(f"      option: {_describe_op_config(o)}")
     lines.append("  fusing patterns:")
     for f in tpc.fusing_patterns or ():
