@@ -6,7 +6,7 @@ inside fused groups; network-editor rules and manual bit widths are applied last
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import CoreConfig
@@ -230,13 +230,10 @@ def remove_duplicate_candidates(graph: Graph) -> None:
     """Candidates that quantize alike (e.g. 8- and 16-bit activation options of a node whose activation
     a fusing pattern switched off) collapse into the first of them: the search needs each choice once."""
     for node in graph:
-        seen, kept = set(), []
+        kept: Dict[tuple, NodeQuantizationConfig] = {}
         for c in node.candidates:
-            key = _quantization_key(c)
-            if key not in seen:
-                seen.add(key)
-                kept.append(c)
-        node.candidates = kept
+            kept.setdefault(_quantization_key(c), c)
+        node.candidates = list(kept.values())
 
 
 def select_base_configs(graph: Graph) -> None:
