@@ -355,8 +355,7 @@ class ResourceUtilization(ValidatedConfig):
     bops: NonNegative = math.inf
 
     def get_resource_utilization_dict(self, restricted_only: bool = False) -> Dict[RUTarget, float]:
-        d = {RUTarget.WEIGHTS: self.weights_memory, RUTarget.ACTIVATION: self.activation_memory,
-             RUTarget.TOTAL: self.total_memory, RUTarget.BOPS: self.bops}
+        d = {target: getattr(self, name) for target, name in RU_FIELDS.items()}
         return {k: v for k, v in d.items() if v < math.inf} if restricted_only else d
 
     def get_restricted_targets(self) -> Set[RUTarget]:

@@ -288,9 +288,8 @@ def _set(cfg: Any, name: str, value: Any) -> None:
 
 def _weight_attr_configs(wcfg: Any, attr_name: Union[str, int, None]) -> list:
     """The attribute configs an edit targets: `attr_name`'s, or all of them when it is None."""
-    if attr_name is not None:
-        return [wcfg.get_attr_config(attr_name)]
-    return [wcfg.get_attr_config(a) for a in wcfg.all_weight_attrs]
+    names = wcfg.all_weight_attrs if attr_name is None else [attr_name]
+    return [wcfg.get_attr_config(a) for a in names]
 
 
 class BaseAction:
