@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from mct_quantizers.common.constants import ACTIVATION_HOLDER_QUANTIZER
 from torch import nn
 
-from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
+from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure, unique_name
 from hwquant.core.integer_accumulation import input_grid
 from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder,
                                       PytorchQuantizationWrapper, make_inferable_quantizer)
@@ -139,9 +139,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     unquantized: Dict[str, fx.Node] = {}
 
     def register(base: str, module: nn.Module) -> str:
-        name, i = _attr_name(base), 1
-        while name in used_names:
-            name, i = f"{_attr_name(base)}_{i}", i + 1
+        name = unique_name(_attr_name(base), used_names)
         used_names.add(name)
         root.add_module(name, module)
         return name

@@ -271,7 +271,7 @@ class _Tracer(TorchFunctionMode):
         self.trace.n_values += 1  # the structure itself, read by getitem records
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            if isinstance(item, torch.Tensor) or (isinstance(item, (list, tuple, dict)) and self._has_tensor(item)):
+            if self._has_tensor(item):
                 self._store(_Record("call_function", operator.getitem, (_Ref(rec.output), key), {}, rec.scope,
                                     rec.scope_type, meta=_metadata(item)), item)
 
