@@ -57,9 +57,8 @@ def _example(model: Any, batch: list) -> list:
 def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat) -> Dict[str, Any]:
     from hwquant.torch.metadata import read_metadata
 
-    meta = dict(read_metadata(model) or {})
-    meta.update(quantization_format=quantization.name, serialization_format=serialization.name)
-    return meta
+    return {**(read_metadata(model) or {}), "quantization_format": quantization.name,
+            "serialization_format": serialization.name}
 
 
 def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callable[[], Any],

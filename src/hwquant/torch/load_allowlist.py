@@ -96,9 +96,7 @@ def resolve_function(name: Any) -> Optional[Callable]:
         if not (1 <= len(parts) <= 2 and all(_NAME.match(p) and not p.startswith("_") for p in parts)
                 and parts[0] not in _DENIED):
             return None
-        obj: Any = torch.ops.aten
-        for part in parts:
-            obj = getattr(obj, part, None)
+        obj = functools.reduce(lambda o, part: getattr(o, part, None), parts, torch.ops.aten)
         return obj if isinstance(obj, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) else None
     return _tensor_operations().get(name.replace("_operator.", "operator.", 1))
 
