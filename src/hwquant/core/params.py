@@ -124,10 +124,6 @@ def _check_common(method, n_bits, error_method, min_threshold, l_p_value):
     return method, int(n_bits), error_method, float(min_threshold), int(l_p_value)
 
 
-def _p_of(error_method, l_p_value: int) -> int:
-    return {QuantizationErrorMethod.MSE: 2, QuantizationErrorMethod.MAE: 1}.get(error_method, l_p_value)
-
-
 # ------------------------------------------------------------------------------------------- errors
 def _row_chunks(n_rows: int, per_row: int):
     rows = max(1, _CHUNK // max(per_row, 1))
@@ -383,10 +379,6 @@ def _threshold_maker(n_bits: int, signed: bool) -> ParamsFn:
     return lambda t: symmetric_grid(t, n_bits, signed, axis=0)
 
 
-def _range_maker(n_bits: int) -> ParamsFn:
-    return lambda lo, hi: uniform_grid(lo, hi, n_bits, axis=0)
-
-
 def _no_clipping_threshold(lo, hi, n_bits: int, signed: bool) -> np.ndarray:
     """The smallest threshold whose grid clips nothing of [lo, hi]: the grid reaches down to -t
     (signed) but its top value is one step below t (``t * (L - 1) / L``, L = 2**(n-1) signed, 2**n
@@ -402,7 +394,8 @@ def _select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshol
         if error_method == QuantizationErrorMethod.NOCLIPPING:
             lo, hi = _widen(lo0, hi0, min_threshold)
         else:
-            lo, hi = _search_range(scorer(_range_maker(n_bits)), lo0, hi0, min_threshold, prof)
+            score = scorer(lambda range_min, range_max: uniform_grid(range_min, range_max, n_bits, axis=0))
+            lo, hi = _search_range(score, lo0, hi0, min_threshold, prof)
         return {RANGE_MIN: lo, RANGE_MAX: hi}
     base = np.maximum(_no_clipping_threshold(lo0, hi0, n_bits, signed), min_threshold)
     pot = method == QuantizationMethod.POWER_OF_TWO
@@ -418,15 +411,11 @@ def _select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshol
 
 
 def _finish(result: dict, n_bits: int, per_channel: bool) -> dict:
-    out = {}
     if RANGE_MIN in result:
         lo, hi = fix_range_to_include_zero(result[RANGE_MIN], result[RANGE_MAX], n_bits)
-        lo, hi = np.atleast_1d(lo), np.atleast_1d(hi)
         result = {RANGE_MIN: lo, RANGE_MAX: hi}
-    for key, v in result.items():
-        v = np.asarray(v, dtype=np.float64)
-        out[key] = v.copy() if per_channel else float(v.reshape(-1)[0])
-    return out
+    return {key: np.array(v, np.float64) if per_channel else float(np.asarray(v).reshape(-1)[0])
+            for key, v in result.items()}
 
 
 # ------------------------------------------------------------------------------------------- activations
@@ -507,7 +496,7 @@ def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: Optional[np.nda
     def scorer(make):
         if error_method == QuantizationErrorMethod.KL:
             return lambda params: _kl_errors(c, h, params, make)
-        p = _p_of(error_method, l_p_value)
+        p = {QuantizationErrorMethod.MSE: 2, QuantizationErrorMethod.MAE: 1}.get(error_method, l_p_value)
         return lambda params: _lp_errors(c, h, params, make, p, value_map)
     return scorer
 
