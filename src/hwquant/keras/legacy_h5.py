@@ -100,10 +100,14 @@ def _rewrite_layer(layer: Any, changes: List[str], problems: List[str]) -> None:
             problems.append(f"layer {name!r} ({cls}) has {key}={config[key]!r}, which Keras 3's {cls} cannot compute")
     if removed:
         changes.append(f"{name} ({cls}): removed {', '.join(removed)}")
-    for key in ("layer", "backward_layer", "cell"):  # Bidirectional, TimeDistributed, RNN(cell)
-        _rewrite_layer(config.get(key), changes, problems)
-    for inner in config.get("layers", ()) or ():  # nested Sequential / functional models
+    for inner in _inner_layers(config):
         _rewrite_layer(inner, changes, problems)
+
+
+def _inner_layers(config: Dict[str, Any]) -> List[Any]:
+    """The layer records inside a layer's config: of a Bidirectional, TimeDistributed or RNN(cell), and
+    of a nested Sequential / functional model."""
+    return [config.get(key) for key in ("layer", "backward_layer", "cell")] + list(config.get("layers", ()) or ())
 
 
 def _decode(value: Any) -> str:
@@ -146,8 +150,7 @@ def load_legacy_h5_model(filepath: Any, custom_objects: Optional[Dict[str, Any]]
     with tempfile.TemporaryDirectory(prefix="hwquant-legacy-h5-") as tmp:
         copy = os.path.join(tmp, "model.h5")
         with h5py.File(path, "r") as src, h5py.File(copy, "w") as dst:
-            for key, value in src.attrs.items():
-                dst.attrs[key] = value
+            dst.attrs.update(src.attrs)
             dst.attrs["model_config"] = json.dumps(config)
             for key in src:
                 src.copy(src[key], dst, name=key)
@@ -172,8 +175,4 @@ def _layer_names(layer: Any) -> List[str]:
         return []
     config: Dict[str, Any] = layer["config"] if isinstance(layer.get("config"), dict) else {}
     names = [config["name"]] if isinstance(config.get("name"), str) else []
-    for key in ("layer", "backward_layer", "cell"):
-        names += _layer_names(config.get(key))
-    for inner in config.get("layers", ()) or ():
-        names += _layer_names(inner)
-    return names
+    return names + [n for inner in _inner_layers(config) for n in _layer_names(inner)]

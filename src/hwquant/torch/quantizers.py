@@ -70,9 +70,7 @@ class InferableQuantizer:
         return self  # grids are made on the device of what they quantize
 
     def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_grids"] = {}
-        return state
+        return {**self.__dict__, "_grids": {}}  # grids are made again on the devices of later calls
 
     def __repr__(self) -> str:
         what = {QuantizationMethod.UNIFORM: f"range=[{_fmt(self.params.get(RANGE_MIN))}, {_fmt(self.params.get(RANGE_MAX))}]",
