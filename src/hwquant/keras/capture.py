@@ -182,7 +182,8 @@ class _Builder:
         outputs = knode.outputs
         shape = (_batched(outputs[0].shape, self.batch) if len(outputs) == 1
                  else [_batched(t.shape, self.batch) for t in outputs])
-        name = self.unique(f"{prefix}{op.name}")
+        path = f"{prefix}{op.name}"
+        name = self.unique(path)
         if isinstance(op, keras.layers.Layer):
             config = op.get_config()
             activation = config.get(FUSED_ACTIVATION)
@@ -190,18 +191,17 @@ class _Builder:
             if split:
                 config = {**config, FUSED_ACTIVATION: "linear"}
             if isinstance(op, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):
-                node = self.separable(op, config, name, inputs, args, kwargs, shape, f"{prefix}{op.name}")
+                node = self.separable(op, config, name, inputs, args, kwargs, shape, path)
             else:
                 node = self.add(Node(name, NodeKind.MODULE, type(op), inputs, config, _layer_weights(op), op, args,
-                                     kwargs, shape, module_path=f"{prefix}{op.name}"))
+                                     kwargs, shape, module_path=path))
             if split:
                 act = keras.layers.Activation(activation, name=f"{op.name}_activation")
-                node = self.add(Node(self.unique(f"{name}_activation"), NodeKind.MODULE, keras.layers.Activation,
-                                     [node.name], act.get_config(), {}, act, (InputRef(0),), {}, shape,
-                                     module_path=f"{prefix}{op.name}"))
+                node = self.add(Node(self.unique(f"{name}_activation"), NodeKind.MODULE, type(act), [node.name],
+                                     act.get_config(), {}, act, (InputRef(0),), {}, shape, module_path=path))
         else:
             node = self.add(Node(name, NodeKind.FUNCTION, type(op), inputs, _plain_config(op), {}, op, args, kwargs,
-                                 shape, module_path=f"{prefix}{op.name}"))
+                                 shape, module_path=path))
         node.float_output = all(_is_float(t.dtype) for t in outputs)
         if len(outputs) == 1:
             self.names[id(outputs[0])] = node.name
