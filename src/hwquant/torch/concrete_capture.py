@@ -1,11 +1,8 @@
 """Capture by tracing the model on the real representative inputs: the third route, tried when
-torch.fx and torch.export both fail.
-
-Models converted from ONNX (onnx2torch) compute shapes and operator parameters from tensor values:
-a Resize reads ``scales.tolist()``, a Reshape or Slice takes its sizes from a tensor built out of
-``x.shape``, numpy integers from tensors index slices. Symbolic tracing (fx) has no values to read,
-torch.export refuses to guard on them. Here the model simply runs on real tensors, and every tensor
-operation whose inputs depend on the model's inputs is recorded into a torch.fx graph:
+torch.fx and torch.export both fail (models converted from ONNX compute shapes and operator parameters
+from tensor values, which fx has no values for and torch.export refuses to guard on). What becomes a
+constant, what is refused, how the batch is freed and the recorded sizes checked, and the rewrites
+after the trace: docs/architecture.md, "Capture".
 
 - Why a ``TorchFunctionMode`` and not ``make_fx(tracing_mode="real")``: the mode sees the calls the
   model's Python code makes (``torch.reshape``, ``F.interpolate``, ``x.view``, ``x + y``), the same
@@ -16,29 +13,12 @@ operation whose inputs depend on the model's inputs is recorded into a torch.fx 
   weights stay on layers the TPC knows; everything else (onnx2torch's modules, user modules) is traced
   through. Nothing process-wide is patched: the mode is thread-local and the layers' ``forward`` is
   wrapped on a private copy of the model.
-- Values: whatever is not computed from the model's inputs (weights, ``torch.tensor(x.shape)``,
-  values read from such tensors, numpy integers) is computed eagerly and enters the graph as a
-  constant: a literal argument, or a constant tensor (named after the model's own parameter or
-  buffer when it is one). Reading the *values* of a tensor computed from the inputs (``.item()``,
-  ``.tolist()``, ``if tensor:``, ``.numpy()``) is refused, naming the module, the operation and the
-  source line: a constant recorded from it would hold for these inputs only.
-- Sizes: sizes read from the inputs become constants too, so the graph holds for the recorded input
-  shapes. The batch size is made free where the model allows it: the model is traced at two batch
-  sizes (2 and 3, repeating samples if the batch is smaller); if both traces run the same operations
-  on the same constants and differ only in integer arguments, each differing integer becomes
-  ``k * batch + c`` computed from the first input's size, and the generalised graph must reproduce the
-  model at batch 1 (what the exporter traces). Otherwise the model is traced at the representative batch's size
-  and the batch is fixed as well. The recorded sizes are put on the INPUT nodes as ``size_ranges``,
-  the mechanism of the torch.export route (export_capture.py), which the builder turns into
-  ``torch._assert`` checks at the top of every built model: a call with another shape raises an error
-  naming the input and dimension instead of silently computing with the recorded constants.
+- A constant enters the graph as a literal argument, or as a constant tensor (named after the model's
+  own parameter or buffer when it is one); a refused read of values names the module, the operation
+  and the source line.
 - In-place operations are recorded as they run (the mutated tensor's later readers read the in-place
   operation's result) and made functional afterwards like fx's (fx_graph.functionalize_in_place_ops);
   ``x[i] = v`` on a tensor computed from the inputs is refused (no functional form for any index).
-- ``torch.matmul(x, W)`` with ``W`` a 2-D weight of the model (optionally followed by adding a 1-D
-  weight) becomes an ``nn.Linear``: ONNX writes a linear layer on a sequence as MatMul + Add, and the
-  kernel is then quantized as the TPC says for fully connected layers; ONNX's elementary spellings of
-  hard-swish, SiLU, LayerNorm and a layer's scale-and-shift are folded back (decomposed_ops.py).
 """
 from __future__ import annotations
 
