@@ -51,6 +51,9 @@ NBits = Annotated[int, BeforeValidator(as_int),
                   _rule(lambda v: MIN_N_BITS <= v <= MAX_N_BITS, f"must be from {MIN_N_BITS} to {MAX_N_BITS} bits")]
 PositiveFinite = Annotated[float, BeforeValidator(as_real), _rule(lambda v: 0 < v < math.inf, "must be > 0 and finite")]
 NonNegative = Annotated[float, BeforeValidator(as_real), _rule(lambda v: v >= 0, "must be >= 0 (inf = unlimited)")]
+NonNegativeFinite = Annotated[float, BeforeValidator(as_real),
+                              _rule(lambda v: 0 <= v < math.inf, "must be >= 0 and finite")]
+AtLeastOne = Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")]
 QMethod = Annotated[QuantizationMethod, enum_coercer(QuantizationMethod)]
 
 
@@ -148,7 +151,7 @@ class QuantizationConfig(ValidatedConfig):
     z_threshold: Annotated[float, BeforeValidator(as_real),
                            _rule(lambda v: v > 0, "must be > 0 (inf disables outlier removal)")] = math.inf
     min_threshold: PositiveFinite = MIN_THRESHOLD
-    l_p_value: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 2
+    l_p_value: AtLeastOne = 2
     linear_collapsing: Flag = True
     residual_collapsing: Flag = True
     shift_negative_ratio: Annotated[float, BeforeValidator(as_real),
@@ -157,9 +160,7 @@ class QuantizationConfig(ValidatedConfig):
     shift_negative_params_search: Flag = False
     concat_threshold_update: Flag = False
     activation_bias_correction: Flag = False
-    activation_bias_correction_threshold: Annotated[float, BeforeValidator(as_real),
-                                                    _rule(lambda v: 0 <= v < math.inf,
-                                                          "must be >= 0 and finite")] = 0.0
+    activation_bias_correction_threshold: NonNegativeFinite = 0.0
     custom_tpc_opset_to_layer: Optional[Any] = None
     # hwquant's own: how the model's output tensors choose their range. Clipping an output's largest
     # values changes the decisions taken on it (argmax, scores), which an MSE on the tensor does not
@@ -270,7 +271,7 @@ class MixedPrecisionQuantizationConfig(ValidatedConfig):
 
     compute_distance_fn: OptCallable = None
     distance_weighting_method: Optional[Annotated[MpDistanceWeighting, enum_coercer(MpDistanceWeighting)]] = None
-    num_of_images: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
+    num_of_images: AtLeastOne = 32
     configuration_overwrite: Optional[List[Annotated[int, BeforeValidator(as_int),
                                                      _rule(lambda v: v >= 0, "must be >= 0")]]] = None
     num_interest_points_factor: Annotated[float, BeforeValidator(as_real),
@@ -281,11 +282,10 @@ class MixedPrecisionQuantizationConfig(ValidatedConfig):
     refine_mp_solution: Flag = True
     metric_normalization_threshold: Annotated[float, BeforeValidator(as_real),
                                               _rule(lambda v: v > 0, "must be > 0")] = 1e10
-    hessian_batch_size: Annotated[int, BeforeValidator(as_int), _rule(lambda v: v >= 1, "must be >= 1")] = 32
+    hessian_batch_size: AtLeastOne = 32
     metric_normalization: Annotated[MpMetricNormalization,
                                     enum_coercer(MpMetricNormalization)] = MpMetricNormalization.NONE
-    metric_epsilon: Optional[Annotated[float, BeforeValidator(as_real),
-                                       _rule(lambda v: 0 <= v < math.inf, "must be >= 0 and finite")]] = 1e-6
+    metric_epsilon: Optional[NonNegativeFinite] = 1e-6
     exp_distance_weighting_sigma: PositiveFinite = 0.1
     custom_metric_fn: OptCallable = None
 
