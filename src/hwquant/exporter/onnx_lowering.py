@@ -80,14 +80,13 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
     axis_attr: Dict[str, Any] = {"axis": grid.axis} if per_channel else {}
     if dtype is not None and per_channel and opset < 13:
         dtype = None  # per-axis QuantizeLinear / DequantizeLinear need opset 13
-    if weight is not None and dtype is not None:
-        q = quant_math.quantize(weight.astype(np.float32), grid).astype(dtype)
-        zp = np.asarray(grid.zero_point).reshape(scale.shape).astype(dtype)
-        return [ed.node("DequantizeLinear", [ed.add_initializer(q, f"{x}_quantized"),
-                                             ed.add_initializer(scale, f"{x}_scale"),
-                                             ed.add_initializer(zp, f"{x}_zero_point")], [y], **axis_attr)]
     if dtype is not None:
         zp = np.asarray(zero_point).reshape(scale.shape).astype(dtype)
+        if weight is not None:  # a constant weight (its zero point is its grid's): stored as integers
+            q = quant_math.quantize(weight.astype(np.float32), grid).astype(dtype)
+            return [ed.node("DequantizeLinear", [ed.add_initializer(q, f"{x}_quantized"),
+                                                 ed.add_initializer(scale, f"{x}_scale"),
+                                                 ed.add_initializer(zp, f"{x}_zero_point")], [y], **axis_attr)]
         s, z = ed.add_initializer(scale, f"{y}_scale"), ed.add_initializer(zp, f"{y}_zero_point")
         q = ed.fresh(f"{y}_q")
         nodes = [ed.node("QuantizeLinear", [x, s, z], [q], **axis_attr)]
