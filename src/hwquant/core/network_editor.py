@@ -195,10 +195,6 @@ def _dict(name: str, v: Any) -> dict:
     return v
 
 
-def _any(name: str, v: Any) -> Any:
-    return v
-
-
 _BITS = lambda n, v: _int(n, v, MIN_N_BITS, MAX_N_BITS)  # noqa: E731
 _QM = _enum(QuantizationMethod)
 _QEM = _enum(QuantizationErrorMethod)
@@ -232,7 +228,7 @@ WEIGHTS_ATTR_CONFIG_FIELDS: Dict[str, Callable[[str, Any], Any]] = {
     "enable_weights_quantization": _bool,
     "weights_error_method": _QEM,
     "l_p_value": lambda n, v: _int(n, v, 1),
-    "weights_channels_axis": _any,
+    "weights_channels_axis": lambda n, v: v,  # any value
     "lut_values_bitwidth": _BITS,
     "weights_quantization_params": _dict,
 }

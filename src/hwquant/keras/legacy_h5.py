@@ -44,15 +44,11 @@ def _is_one(value: Any) -> bool:
     return value is None or value == 1
 
 
-def _is_false(value: Any) -> bool:
-    return not value
-
-
 _Rule = Dict[str, Callable[[Any], bool]]  # config key -> whether removing it at this value keeps the function
 _SEPARABLE: _Rule = {"groups": _is_one, "kernel_initializer": _always, "kernel_regularizer": _always,
                       "kernel_constraint": _always}
 _GROUPS: _Rule = {"groups": _is_one}
-_RECURRENT: _Rule = {"time_major": _is_false}
+_RECURRENT: _Rule = {"time_major": lambda v: not v}
 _SPATIAL_DROPOUT: _Rule = {"trainable": _always, "noise_shape": lambda v: v is None}
 
 # class name -> its removable config keys
