@@ -116,7 +116,7 @@ def _guard_sizes(g: fx.Graph, placeholder: fx.Node, node: Node) -> None:
     for dim, (lo, hi) in sorted(node.framework_attr.get("size_ranges", {}).items()):
         actual = g.call_method("size", (placeholder, dim))
         for op, bound, words in ((operator.eq, lo, "exactly"), (operator.ge, lo, "at least"), (operator.le, hi, "at most")):
-            if bound is None or (op is operator.eq) != (lo == hi) or (op is operator.le and lo == hi):
+            if bound is None or (op is operator.eq) != (lo == hi):  # exactly, or at least / at most
                 continue
             g.call_function(torch._assert, (g.call_function(op, (actual, bound)),
                                             f"input '{node.name}' must have {words} {bound} in dimension {dim}: {reason}"))
