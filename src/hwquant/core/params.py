@@ -356,8 +356,8 @@ def _lut_table(int_values: np.ndarray, counts: np.ndarray, n_bits: int, bitwidth
     values, inverse = np.unique(np.asarray(int_values, np.float64).ravel(), return_inverse=True)
     weights = np.bincount(inverse.ravel(), weights=np.asarray(counts, np.float64).ravel(), minlength=values.size)
     centres = lut_kmeans_1d(values, weights, 2 ** n_bits)
-    lo, hi = (-2 ** (bitwidth - 1), 2 ** (bitwidth - 1) - 1) if signed else (0, 2 ** bitwidth - 1)
-    return np.unique(np.clip(np.rint(centres), lo, hi)).astype(np.int64)
+    integers = symmetric_grid(2.0 ** (bitwidth - 1 if signed else bitwidth), bitwidth, signed)  # steps of 1
+    return np.unique(quantize(centres, integers)).astype(np.int64)
 
 
 def _lut_result(table: np.ndarray, threshold, bitwidth: int) -> dict:
