@@ -5,7 +5,6 @@ import inspect
 
 import numpy as np
 import pytest
-from backend_kit import kits, make_kit
 
 from hwquant.core.framework_adapter import CorrectionFacts, FrameworkAdapter
 from hwquant.core.framework_info import FrameworkInfo
@@ -23,11 +22,6 @@ def _contract():
             if inspect.isfunction(member) and not name.startswith("_"):
                 names[name] = member
     return names
-
-
-@pytest.fixture(params=kits())
-def kit(request):
-    return make_kit(request.param)
 
 
 @pytest.fixture

@@ -2,17 +2,11 @@
 quantization, resource data and mixed precision, the deployment file, save and load, MCT's debug bypass."""
 import numpy as np
 import pytest
-from backend_kit import kits, make_kit
 
 import hwquant as mct
 
 SPECS = [("conv", 8, 3, False), ("bn",), ("relu",), ("conv", 16, 3), ("relu",), ("conv", 8, 1)]
 IN_SHAPE = (3, 12, 12)
-
-
-@pytest.fixture(params=kits())
-def kit(request):
-    return make_kit(request.param)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import copy
 
 import numpy as np
 import pytest
-from backend_kit import kits, make_kit
 
 from hwquant.core.node_params import set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction
@@ -14,11 +13,6 @@ from hwquant.core.passes.linear_collapsing import collapse_linear_layers
 from hwquant.core.passes.residual_collapsing import collapse_residuals
 from hwquant.core.passes.shift_negative import apply_shift_negative_correction
 from hwquant.tpc.platforms import get_target_platform_capabilities
-
-
-@pytest.fixture(params=kits())
-def kit(request):
-    return make_kit(request.param)
 
 
 def _kernel_nodes(graph, adapter):

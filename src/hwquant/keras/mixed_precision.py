@@ -103,7 +103,7 @@ def _errors_model(model: Any, observed: Sequence[str], rows: int) -> Any:
 
 class KerasSensitivityBackend(SensitivityBackend):
     def build(self, graph, configurable, observed, batches, cfg) -> None:
-        self.observed, self.batches, self.cfg, self.graph = list(observed), batches, cfg, graph
+        self.observed, self.batches, self.cfg = list(observed), batches, cfg
         self.model = build_quantized_model(graph, extra_outputs=self.observed, blocks=_SwappableBlocks(configurable))
         for node in configurable:
             self.set_candidate(node, node.final_config)

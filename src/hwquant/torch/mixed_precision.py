@@ -155,10 +155,11 @@ class TorchSensitivityBackend(SensitivityBackend):
         self.observed, self.batches, self.cfg = list(observed), batches, cfg
         self.model = build_module(graph, QuantizerFactory(), extra_outputs=self.observed).to(self.device).eval()
         self.placement = self.model.meta["hwquant_placement"]
-        self.float_model = _float_model(graph, self.observed, self.device)
         self.dirty: Set[fx.Node] = set()
+        self._downstream_of: Dict[str, Set[fx.Node]] = {}  # per node: the graph it dirties (the loop asks per batch)
         if cfg.custom_metric_fn is not None:
             return
+        self.float_model = _float_model(graph, self.observed, self.device)
         with torch.no_grad():
             self.reference = [dict(zip(self.observed, self.float_model(*b)[1])) for b in batches]
             self.caches = []
@@ -170,7 +171,9 @@ class TorchSensitivityBackend(SensitivityBackend):
     def set_candidate(self, node: Node, candidate: Any) -> None:
         place = self.placement.get(node.name, {})
         _swap_quantizers(self.model, place, QuantizerFactory(), node, candidate, self.device)
-        self.dirty = _downstream(self.model, list(place.values()))
+        if node.name not in self._downstream_of:
+            self._downstream_of[node.name] = _downstream(self.model, list(place.values()))
+        self.dirty = self._downstream_of[node.name]
 
     def distances(self, batch_index: int) -> List[float]:
         ref = self.reference[batch_index]
