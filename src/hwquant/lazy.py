@@ -20,16 +20,9 @@ class MissingFrameworkError(HwquantError, ImportError):
     """A public name whose framework is not installed."""
 
 
-# hwquant's framework packages and the framework each needs (some of their facades import it only when called)
-_FRAMEWORK_OF = {"hwquant.torch": "torch", "hwquant.keras": "keras"}
-
-
 def resolve(namespace: str, name: str, module: str) -> Any:
     """``getattr(import module, name)``, with a missing framework said plainly."""
-    try:
-        for package, framework in _FRAMEWORK_OF.items():
-            if module.startswith(package + "."):
-                importlib.import_module(framework)
+    try:  # (hwquant.torch and hwquant.keras import their framework first: a missing one fails here)
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as e:
         top = (e.name or "").split(".")[0]

@@ -40,7 +40,7 @@ class KerasNamespace(quant_math.ArrayNamespace):
         return y if _dtype(y) == dtype else ops.cast(y, dtype)
 
     def param(self, value, like):
-        if isinstance(value, keras.Variable) or ops.is_tensor(value) or isinstance(value, keras.KerasTensor):
+        if self.owns(value):
             return ops.cast(value, _dtype(like))
         return ops.convert_to_tensor(np.asarray(quant_math._to_numpy(value)), dtype=_dtype(like))
 
