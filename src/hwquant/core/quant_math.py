@@ -78,6 +78,10 @@ class ArrayNamespace:
     def zeros_like(self, x):
         return self.ops.zeros_like(x)
 
+    def stop_gradient(self, x):
+        """``x`` as a value the backward pass does not go through (numpy has no gradients)."""
+        return x
+
     def sum_to(self, t, like, axis: Optional[int]):
         """A gradient of x's shape summed down to a per-tensor / per-channel parameter's shape."""
         like = np.asarray(like)
@@ -378,6 +382,21 @@ def soft_rounded(x, grid: AffineGrid, up):
     _, zp = _affine_params(grid, x)
     q = namespace.clip(namespace.floor(grid_units(x, grid)) + up + zp, grid.qmin, grid.qmax)
     return dequantize(q, grid)
+
+
+def stop_gradient(x):
+    """``x`` without its gradient, in x's library."""
+    return namespace_of(x).stop_gradient(x)
+
+
+def straight_through(value, forward_value):
+    """``forward_value`` in the forward pass, the gradient of ``value`` in the backward pass."""
+    return value + stop_gradient(forward_value - value)
+
+
+def clip_below(x, lowest: float):
+    """``max(x, lowest)``, with x's gradient where it is not clipped (a learned threshold's floor)."""
+    return namespace_of(x).clip(x, lowest, float("inf"))
 
 
 def integers_on_grid(x, scale):

@@ -47,6 +47,9 @@ class KerasNamespace(quant_math.ArrayNamespace):
     def astype(self, x, dtype: str):
         return ops.cast(x, dtype)
 
+    def stop_gradient(self, x):
+        return ops.stop_gradient(x)
+
     def broadcast_to(self, x, shape):
         return ops.broadcast_to(x, shape)
 

@@ -33,6 +33,9 @@ class TorchNamespace(quant_math.ArrayNamespace):
     def astype(self, x, dtype: str):
         return x.to(getattr(torch, dtype))
 
+    def stop_gradient(self, x):
+        return x.detach()
+
     def broadcast_to(self, x, shape):
         return x.expand(shape)
 

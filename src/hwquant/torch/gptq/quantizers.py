@@ -28,7 +28,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
-from hwquant.torch.trainable.quantizers import _SYMMETRIC, _UNIFORM, _SymmetricQuantizer, _UniformQuantizer
+from hwquant.torch.trainable.quantizers import _SYMMETRIC, _UNIFORM, TrainableAffineQuantizer
 from hwquant.trainable_infrastructure.common import QuantizationTarget, VariableGroup, mark_quantizer
 
 SOFT_ROUNDING_GAMMA = -0.1  # the rectified sigmoid's stretch (AdaRound's values)
@@ -132,20 +132,20 @@ class _STERounding(BasePytorchGPTQTrainableQuantizer):
 
 # ------------------------------------------------------------------------------ registered classes
 @mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.SoftQuantizer)
-class SymmetricSoftRoundingGPTQ(_SoftRounding, _SymmetricQuantizer):
+class SymmetricSoftRoundingGPTQ(_SoftRounding, TrainableAffineQuantizer):
     """Soft rounding on a symmetric / power-of-two grid (the threshold learns only if asked)."""
 
 
 @mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.SoftQuantizer)
-class UniformSoftRoundingGPTQ(_SoftRounding, _UniformQuantizer):
+class UniformSoftRoundingGPTQ(_SoftRounding, TrainableAffineQuantizer):
     """Soft rounding on a uniform grid (scale and zero point learn only if asked)."""
 
 
 @mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.STE)
-class STESymmetricGPTQ(_STERounding, _SymmetricQuantizer):
+class STESymmetricGPTQ(_STERounding, TrainableAffineQuantizer):
     """Straight-through rounding of shifted weights on a symmetric / power-of-two grid."""
 
 
 @mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.STE)
-class STEUniformGPTQ(_STERounding, _UniformQuantizer):
+class STEUniformGPTQ(_STERounding, TrainableAffineQuantizer):
     """Straight-through rounding of shifted weights on a uniform grid."""

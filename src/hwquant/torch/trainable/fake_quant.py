@@ -4,11 +4,10 @@ conversion give bitwise the same values) and its straight-through / LSQ gradient
 (``quant_math.affine_fake_quantize_gradients``), wrapped in a ``torch.autograd.Function``.
 
 The zero point must hold integers of [qmin, qmax] (a learned one is rounded before, with
-:func:`straight_through`).
+``quant_math.straight_through``).
 """
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -40,13 +39,3 @@ def affine_fake_quantize(x: torch.Tensor, scale: torch.Tensor, zero_point: torch
     """Fake-quantize ``x`` with gradients to x (straight-through), the scale and the zero point
     (``learn_rounding`` selects LSQ's scale gradient)."""
     return _AffineFakeQuantize.apply(x, scale, zero_point, qmin, qmax, axis, learn_rounding, scale_grad_factor)
-
-
-def lsq_gradient_factor(elements_per_scale: int, qmax: int) -> float:
-    """LSQ's step-size gradient scale 1 / sqrt(N * Q_max) (Esser et al. 2020, section 2.2)."""
-    return 1.0 / math.sqrt(max(elements_per_scale, 1) * max(qmax, 1))
-
-
-def straight_through(value: torch.Tensor, forward_value: torch.Tensor) -> torch.Tensor:
-    """``forward_value`` in the forward pass, the gradient of ``value`` in the backward pass."""
-    return value + (forward_value - value).detach()
