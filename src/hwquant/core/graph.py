@@ -100,7 +100,9 @@ class Graph:
         return [n for n in self._nodes.values() if n.kind == NodeKind.INPUT]
 
     def output_names(self) -> List[str]:
-        return list(_flatten(self.outputs))
+        names: List[str] = []
+        map_structure(self.outputs, names.append)
+        return names
 
     def successors(self, node: Union[Node, str]) -> List[Node]:
         name = self._resolve(node).name
@@ -172,17 +174,6 @@ class Graph:
         return f"Graph({self.name!r}, {len(self)} nodes, inputs={[n.name for n in self.input_nodes]})"
 
 
-def _flatten(structure: Any) -> Iterator[str]:
-    if isinstance(structure, str):
-        yield structure
-    elif isinstance(structure, dict):
-        for v in structure.values():
-            yield from _flatten(v)
-    elif isinstance(structure, (list, tuple)):
-        for v in structure:
-            yield from _flatten(v)
-
-
 def unique_name(base: str, taken: Container[str]) -> str:
     """`base`, or `base_1`, `base_2`, ... : the first not in `taken`."""
     name, i = base, 1
@@ -191,25 +182,23 @@ def unique_name(base: str, taken: Container[str]) -> str:
     return name
 
 
+def map_nested(structure: Any, fn: Callable[[Any], Any]) -> Any:
+    """`structure` with every item that is not a dict, list, tuple (a named tuple is an item) or slice
+    replaced by fn(item), at any depth; slices hold bounds computed from tensor sizes (x[..., a:b])."""
+    if isinstance(structure, dict):
+        return {k: map_nested(v, fn) for k, v in structure.items()}
+    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
+        return type(structure)(map_nested(v, fn) for v in structure)
+    if isinstance(structure, slice):
+        return slice(*(map_nested(v, fn) for v in (structure.start, structure.stop, structure.step)))
+    return fn(structure)
+
+
 def map_structure(structure: Any, fn: Callable[[str], Any]) -> Any:
     """The output structure with every node name replaced by fn(name)."""
-    if isinstance(structure, str):
-        return fn(structure)
-    if isinstance(structure, dict):
-        return {k: map_structure(v, fn) for k, v in structure.items()}
-    if isinstance(structure, (list, tuple)):
-        return type(structure)(map_structure(v, fn) for v in structure)
-    return structure
+    return map_nested(structure, lambda x: fn(x) if isinstance(x, str) else x)
 
 
 def map_input_refs(structure: Any, fn: Callable[[InputRef], Any]) -> Any:
     """Replace every InputRef in a call-argument structure by fn(ref) (used by the builders)."""
-    if isinstance(structure, InputRef):
-        return fn(structure)
-    if isinstance(structure, dict):
-        return {k: map_input_refs(v, fn) for k, v in structure.items()}
-    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
-        return type(structure)(map_input_refs(v, fn) for v in structure)
-    if isinstance(structure, slice):  # x[..., a:b] with bounds computed from tensor sizes
-        return slice(*(map_input_refs(v, fn) for v in (structure.start, structure.stop, structure.step)))
-    return structure
+    return map_nested(structure, lambda x: fn(x) if isinstance(x, InputRef) else x)

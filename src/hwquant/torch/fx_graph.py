@@ -4,13 +4,13 @@ torch.export in `export_capture.py`)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.fx as fx
 
-from hwquant.core.graph import Graph, InputRef, Node, NodeKind
+from hwquant.core.graph import Graph, InputRef, Node, NodeKind, map_nested
 from hwquant.errors import HwquantError
 
 
@@ -57,18 +57,13 @@ def _shape_of(meta: Any) -> Any:
 
 def _convert_args(args: Any, inputs: List[str], names: Dict[fx.Node, str]) -> Any:
     """fx arguments with fx.Node references replaced by InputRef (recording the input order)."""
-    if isinstance(args, fx.Node):
-        name = names[args]
-        if name not in inputs:
-            inputs.append(name)
-        return InputRef(inputs.index(name))
-    if isinstance(args, (list, tuple)):
-        return type(args)(_convert_args(a, inputs, names) for a in args)
-    if isinstance(args, dict):
-        return {k: _convert_args(v, inputs, names) for k, v in args.items()}
-    if isinstance(args, slice):
-        return slice(*(_convert_args(x, inputs, names) for x in (args.start, args.stop, args.step)))
-    return args
+    def ref(arg: Any) -> Any:
+        if not isinstance(arg, fx.Node):
+            return arg
+        if names[arg] not in inputs:
+            inputs.append(names[arg])
+        return InputRef(inputs.index(names[arg]))
+    return map_nested(args, ref)
 
 
 def _plain_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -105,7 +100,7 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
                 nodes.append(Node(n.name, NodeKind.FUNCTION if is_function else NodeKind.METHOD, layer_type, inputs,
                                   _plain_kwargs(n.kwargs), {}, n.target, args, kwargs, shape, _scope(n)))
         elif n.op == "output":
-            outputs = _output_structure(n.args[0], names)
+            outputs = map_nested(n.args[0], lambda a: _output_name(a, names))
         if n.op != "output":
             dtype = getattr(n.meta.get("tensor_meta"), "dtype", None)
             nodes[-1].float_output = dtype is None or dtype.is_floating_point or dtype.is_complex
@@ -120,13 +115,9 @@ def _scope(n: fx.Node) -> str:
     return ""
 
 
-def _output_structure(arg: Any, names: Dict[fx.Node, str]) -> Any:
+def _output_name(arg: Any, names: Dict[fx.Node, str]) -> str:
     if isinstance(arg, fx.Node):
         return names[arg]
-    if isinstance(arg, (list, tuple)):
-        return type(arg)(_output_structure(a, names) for a in arg)
-    if isinstance(arg, dict):
-        return {k: _output_structure(v, names) for k, v in arg.items()}
     raise CaptureError(f"the model returns a {type(arg).__name__} that is not computed from its inputs; "
                        "return only tensors (or tuples / lists / dicts of tensors)")
 
@@ -146,6 +137,16 @@ def call_arguments(node: fx.Node, names: Sequence[str]) -> Dict[str, Any]:
     values = dict(zip(names, node.args))
     values.update(node.kwargs)
     return values
+
+
+def frozen_layer(layer: torch.nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.nn.Module:
+    """`layer` given copies of `weight` and `bias` as frozen parameters, in eval mode. Make it on the meta
+    device: a random initialisation would draw from torch's process-wide generator, changing the random
+    numbers of the caller and of every other thread."""
+    layer.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+    if bias is not None:
+        layer.bias = torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+    return layer.eval()
 
 
 def fresh_name(gm: fx.GraphModule, base: str) -> str:
