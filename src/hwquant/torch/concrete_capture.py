@@ -41,8 +41,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from hwquant.core.graph import Graph, NodeKind
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, functionalize_in_place_ops, graph_from_fx,
-                                    replace_nodes)
+from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, frozen_layer, functionalize_in_place_ops,
+                                    graph_from_fx, replace_nodes)
 
 # The batch sizes of the two traces compared to free the batch.
 _TRACE_BATCHES = (2, 3)
@@ -138,6 +138,17 @@ class _Trace:
     input_meta: List[Any] = field(default_factory=list)
 
 
+def _any_item(structure: Any, pred: Callable[[Any], bool]) -> bool:
+    """Whether `pred` holds for an item of `structure` (through lists, tuples, dicts and slices)."""
+    if isinstance(structure, (list, tuple)):
+        return any(_any_item(s, pred) for s in structure)
+    if isinstance(structure, dict):
+        return any(_any_item(s, pred) for s in structure.values())
+    if isinstance(structure, slice):
+        return any(_any_item(s, pred) for s in (structure.start, structure.stop, structure.step))
+    return pred(structure)
+
+
 def _tensor_metadata(t: torch.Tensor) -> TensorMetadata:
     # the fields graph_from_fx reads (shape, dtype); torch's own extraction also classifies the memory
     # format, which costs more than the operation on small tensors
@@ -186,15 +197,7 @@ class _Tracer(TorchFunctionMode):
         return index
 
     def is_traced(self, structure: Any) -> bool:
-        if isinstance(structure, torch.Tensor):
-            return structure in self.values
-        if isinstance(structure, (list, tuple)):
-            return any(self.is_traced(s) for s in structure)
-        if isinstance(structure, dict):
-            return any(self.is_traced(s) for s in structure.values())
-        if isinstance(structure, slice):
-            return any(self.is_traced(s) for s in (structure.start, structure.stop, structure.step))
-        return False
+        return _any_item(structure, lambda t: isinstance(t, torch.Tensor) and t in self.values)
 
     def _constant(self, tensor: torch.Tensor) -> _Const:
         key = id(tensor)
@@ -257,13 +260,7 @@ class _Tracer(TorchFunctionMode):
 
     @staticmethod
     def _has_tensor(structure: Any) -> bool:
-        if isinstance(structure, torch.Tensor):
-            return True
-        if isinstance(structure, (list, tuple)):
-            return any(_Tracer._has_tensor(s) for s in structure)
-        if isinstance(structure, dict):
-            return any(_Tracer._has_tensor(s) for s in structure.values())
-        return False
+        return _any_item(structure, lambda t: isinstance(t, torch.Tensor))
 
     def error(self, what: str, advice: str) -> ConcreteTraceError:
         scope, scope_type = self.scopes[-1]
@@ -525,14 +522,10 @@ def _matmuls_to_linear(gm: fx.GraphModule) -> int:
             b = attr_value(gm, other)
             if isinstance(b, torch.Tensor) and b.dim() == 1 and b.shape[0] == weight.shape[1] and b.dtype == weight.dtype:
                 bias, add = b, users[0]
-        # (on the meta device: initialising it would draw from torch's process-wide generator)
-        layer = nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None, device="meta")
-        with torch.no_grad():
-            layer.weight = nn.Parameter(weight.detach().t().contiguous(), requires_grad=False)
-            if bias is not None:
-                layer.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
+        layer = frozen_layer(nn.Linear(weight.shape[0], weight.shape[1], bias=bias is not None, device="meta"),
+                             weight.t().contiguous(), bias)
         name = fresh_name(gm, str(w_node.target).replace(".", "_") + "_linear")
-        gm.add_submodule(name, layer.eval())
+        gm.add_submodule(name, layer)
         replace_nodes(gm, add or node, [node] if add is None else [node, add], "call_module", name, (node.args[0],))
         count += 1
     if count:

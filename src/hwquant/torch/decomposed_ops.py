@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, replace_nodes
+from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
 
 # operation -> (functions, tensor methods) that compute it
 _BINARY = {"mul": ({torch.mul, operator.mul}, {"mul"}), "add": ({torch.add, operator.add}, {"add"}),
@@ -182,19 +182,15 @@ def fold_scale_shift(gm: fx.GraphModule) -> int:
         scale, shift = vectors["mul"], vectors["add"]
         if not chain:
             continue
-        new = copy.deepcopy(layer)
-        with torch.no_grad():
-            weight = new.weight.detach().clone()
-            bias = new.bias.detach().clone() if new.bias is not None else torch.zeros(weight.shape[0])
-            if scale is not None:
-                weight = weight * scale.to(weight.dtype).reshape(-1, *([1] * (weight.dim() - 1)))
-                bias = bias * scale.to(bias.dtype)
-            if shift is not None:
-                bias = bias + shift.to(bias.dtype)
-            new.weight = nn.Parameter(weight, requires_grad=False)
-            new.bias = nn.Parameter(bias, requires_grad=False)
+        weight = layer.weight.detach()
+        bias = layer.bias.detach() if layer.bias is not None else torch.zeros(weight.shape[0])
+        if scale is not None:
+            weight = weight * scale.to(weight.dtype).reshape(-1, *([1] * (weight.dim() - 1)))
+            bias = bias * scale.to(bias.dtype)
+        if shift is not None:
+            bias = bias + shift.to(bias.dtype)
         name = _fresh_name(gm, f"{node.target}_affine")
-        gm.add_submodule(name, new)
+        gm.add_submodule(name, frozen_layer(copy.deepcopy(layer), weight, bias))
         replace_nodes(gm, last, chain + [node], "call_module", name, tuple(node.args))
         count += 1
     return count
@@ -249,11 +245,10 @@ def fold_layer_norm(gm: fx.GraphModule) -> int:
             if c is not None and c.numel() == size and c.shape[-1] == size:
                 affine[op], last = c.reshape(-1), user
                 chain.append(user)
-        norm = nn.LayerNorm(size, eps=eps, device="meta")  # (meta: no draw from torch's global generator)
-        norm.weight = nn.Parameter(affine["mul"].clone() if "mul" in affine else torch.ones(size), requires_grad=False)
-        norm.bias = nn.Parameter(affine["add"].clone() if "add" in affine else torch.zeros(size), requires_grad=False)
+        norm = frozen_layer(nn.LayerNorm(size, eps=eps, device="meta"), affine.get("mul", torch.ones(size)),
+                            affine.get("add", torch.zeros(size)))
         name = _fresh_name(gm, f"{x.name}_layer_norm")
-        gm.add_submodule(name, norm.eval())
+        gm.add_submodule(name, norm)
         replace_nodes(gm, last, chain, "call_module", name, (x,))
         count += 1
     return count

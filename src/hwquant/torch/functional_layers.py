@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, replace_nodes
+from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
 
 # function -> (layer class, its ATen form); argument order (input, weight, bias, stride, padding,
 # dilation, groups) for convolutions, (input, weight, bias) for linear.
@@ -50,13 +50,7 @@ def _layer(gm: fx.GraphModule, node: fx.Node) -> Optional[nn.Module]:
             return None
     else:
         layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
-    # (made on the meta device: a random initialisation would draw from torch's process-wide generator,
-    # changing the random numbers of the caller and of every other thread; the tensors are replaced below)
-    with torch.no_grad():
-        layer.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
-        if bias is not None:
-            layer.bias = nn.Parameter(bias.detach().clone(), requires_grad=False)
-    return layer.to(weight.device).eval()
+    return frozen_layer(layer, weight, bias).to(weight.device)
 
 
 def functional_calls_to_layers(gm: fx.GraphModule) -> int:

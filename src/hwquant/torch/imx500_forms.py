@@ -22,6 +22,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from hwquant.torch.fx_graph import replace_nodes
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 _MATMULS = (operator.matmul, torch.matmul, torch.ops.aten.matmul.default)  # fx capture, torch.export capture
@@ -111,11 +112,7 @@ def _matmuls_head_by_head(model: fx.GraphModule, example: Sequence[torch.Tensor]
         holder_node = users[0]
         name = f"{holder_node.target.replace('.', '_')}_head_by_head"
         model.add_submodule(name, _MatmulHeadByHead(model.get_submodule(holder_node.target), heads))
-        with model.graph.inserting_after(holder_node):
-            fused = model.graph.call_module(name, node.args)
-        holder_node.replace_all_uses_with(fused)
-        model.graph.erase_node(holder_node)
-        model.graph.erase_node(node)
+        replace_nodes(model, holder_node, [node, holder_node], "call_module", name, tuple(node.args))
         count += 1
     model.recompile()
     return count
