@@ -58,32 +58,12 @@ def _quantizer_mapping(name: str, v: Any) -> Dict[QuantizationMethod, Callable]:
     return out
 
 
-def _channels(name: str, key: Any, v: Any) -> None:
-    ok = isinstance(v, tuple) and len(v) == 2 and all(
-        c is None or (isinstance(c, numbers.Integral) and not isinstance(c, bool)) for c in v)
-    if not ok:
-        raise ValueError(f"FrameworkInfo {name}[{key!r}] must be a tuple (out_channel_axis, in_channel_axis) "
-                         f"of ints (or None), got {v!r}")
-
-
-def _kernel_channels(name: str, v: Any) -> DefaultDict:
-    if isinstance(v, dict):
-        v = DefaultDict(v)
-    if not isinstance(v, DefaultDict):
-        raise TypeError(f"FrameworkInfo {name} must be a DefaultDict (or dict) layer -> (out, in) channel axes, "
-                        f"got {type(v).__name__}")
-    for key, axes in v.items():
-        _channels(name, key, axes)
-    if v.default_value is not None:
-        _channels(name, "<default>", v.default_value)
-    return v
-
-
 def _default_dict(name: str, v: Any, what: str, check: Callable[[Any], bool]) -> DefaultDict:
     v = DefaultDict(v) if isinstance(v, dict) else v
     if not isinstance(v, DefaultDict):
         raise TypeError(f"FrameworkInfo {name} must be a DefaultDict (or dict) layer -> {what}, got {type(v).__name__}")
-    for key, value in [*v.items(), ("<default>", v.default_value)]:
+    default = [] if v.default_value is None else [("<default>", v.default_value)]  # None: no default
+    for key, value in [*v.items(), *default]:
         if not check(value):
             raise ValueError(f"FrameworkInfo {name}[{key!r}] must be {what}, got {value!r}")
     return v
@@ -95,6 +75,10 @@ def _attribute_names(v: Any) -> bool:
 
 def _axis_or_none(v: Any) -> bool:
     return v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+
+
+def _axes_pair(v: Any) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and all(_axis_or_none(c) for c in v)
 
 
 def _min_max_mapping(name: str, v: Any) -> dict:
@@ -164,7 +148,9 @@ class FrameworkInfo:
             "activation_quantizer_mapping", values.get("activation_quantizer_mapping", {}))
         self.weights_quantizer_mapping = _quantizer_mapping(
             "weights_quantizer_mapping", values.get("weights_quantizer_mapping", {}))
-        self.kernel_channels_mapping = _kernel_channels("kernel_channels_mapping", values["kernel_channels_mapping"])
+        self.kernel_channels_mapping = _default_dict("kernel_channels_mapping", values["kernel_channels_mapping"],
+                                                     "a tuple (out_channel_axis, in_channel_axis) of ints (or None)",
+                                                     _axes_pair)
         self.activation_min_max_mapping = _min_max_mapping("activation_min_max_mapping",
                                                            values.get("activation_min_max_mapping", {}))
         self.layer_min_max_mapping = _min_max_mapping("layer_min_max_mapping", values.get("layer_min_max_mapping", {}))
