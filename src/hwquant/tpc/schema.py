@@ -38,6 +38,12 @@ def _name_of(x: Any) -> str:
     return x.value if isinstance(x, OperatorSetNames) else str(x)
 
 
+def _opset_name(v: Any) -> Any:
+    """An operator set's name as stored (MCT's schema misspells OperatorSetNames.EXPAND; read as the same set)."""
+    v = _name_of(v) if isinstance(v, OperatorSetNames) else v
+    return OperatorSetNames.EXPAND.value if v == "Expend" else v
+
+
 class _Frozen(BaseModel):
     """Base of every schema model: frozen, no unknown fields, validated edits.
 
@@ -234,9 +240,7 @@ class OperatorsSet(_Frozen):
     @field_validator("name", mode="before")
     @classmethod
     def _plain_name(cls, v: Any) -> Any:
-        v = _name_of(v) if isinstance(v, OperatorSetNames) else v
-        if v == "Expend":  # MCT's schema misspells OperatorSetNames.EXPAND; read it as the same set
-            v = OperatorSetNames.EXPAND.value
+        v = _opset_name(v)
         if isinstance(v, str) and not v.strip():
             raise ValueError("an operator set needs a non-empty name")
         return v
@@ -264,7 +268,7 @@ class OperatorSetGroup(_Frozen):
         if isinstance(data, dict) and data.get("name") is None and isinstance(data.get("operators_set"), (list, tuple)):
             names = [getattr(s, "name", None) or (s.get("name") if isinstance(s, dict) else None) for s in data["operators_set"]]
             if all(isinstance(n, (str, OperatorSetNames)) for n in names):
-                data = {**data, "name": "_".join(_name_of(n) for n in names)}
+                data = {**data, "name": "_".join(_opset_name(n) for n in names)}
         return data
 
     @model_validator(mode="after")

@@ -22,28 +22,9 @@ from hwquant.tpc.schema import SCHEMA_VERSION, TargetPlatformCapabilities
 
 def _migrate_v1_to_v2(data: Dict[str, Any]) -> Dict[str, Any]:
     """Schema 1 (MCT's TargetPlatformModel) lacks `insert_preserving_quantizers` and the fused
-    operator's config, and spelled the Expand operator set 'Expend'."""
-    def rename(opset: Any) -> Any:
-        if isinstance(opset, dict) and opset.get("name") == "Expend":
-            return {**opset, "name": "Expand"}
-        return opset
-
-    def fix_group(group: Any) -> Any:
-        if isinstance(group, dict) and isinstance(group.get("operators_set"), list):
-            group = {**group, "operators_set": [rename(s) for s in group["operators_set"]]}
-        return rename(group)
-
-    out = dict(data)
-    out.setdefault("insert_preserving_quantizers", False)
-    if isinstance(out.get("operator_set"), list):
-        out["operator_set"] = [rename(s) for s in out["operator_set"]]
-    if isinstance(out.get("fusing_patterns"), list):
-        out["fusing_patterns"] = [
-            {**f, "operator_groups": [fix_group(g) for g in f.get("operator_groups", [])]}
-            if isinstance(f, dict) and isinstance(f.get("operator_groups"), list) else f
-            for f in out["fusing_patterns"]]
-    out["SCHEMA_VERSION"] = 2
-    return out
+    operator's config, which default to none, and spelled the Expand operator set 'Expend', which the
+    schema reads as Expand (OperatorsSet)."""
+    return {**data, "SCHEMA_VERSION": 2}
 
 
 # MIGRATIONS[v] turns a schema-v dictionary into a schema-(v+1) one.
