@@ -20,6 +20,7 @@ from hwquant.core.error_methods import QuantizationErrorMethod, ThresholdSelecti
 from hwquant.core.network_editor import BaseNodeMatcher, EditRule
 from hwquant.core.validation import as_bool, as_enum, as_int, as_real
 from hwquant.tpc.enums import QuantizationMethod
+from hwquant.tpc.schema import bind_positional
 
 __all__ = [
     "QuantizationErrorMethod", "ThresholdSelectionMethod", "QuantizationConfig", "MpDistanceWeighting",
@@ -88,14 +89,8 @@ class ValidatedConfig(BaseModel):
 
     def __init__(self, *args: Any, **kwargs: Any):
         cls = type(self)
-        order = cls._positional if cls._positional is not None else tuple(cls.model_fields)
-        if len(args) > len(order):
-            raise TypeError(f"{cls.__name__} takes at most {len(order)} positional arguments "
-                            f"({', '.join(order)}), got {len(args)}")
-        for name, value in zip(order, args):
-            if name in kwargs:
-                raise TypeError(f"{cls.__name__} got two values for '{name}' (positional and keyword)")
-            kwargs[name] = value
+        bind_positional(cls.__name__, cls._positional if cls._positional is not None else tuple(cls.model_fields),
+                        args, kwargs)
         known = list(cls.model_fields) + list(cls._aliases)
         for name in kwargs:
             if name not in known:
@@ -519,14 +514,11 @@ class CoreConfig(ValidatedConfig):
     debug_config: DebugConfig = None  # type: ignore[assignment]
 
     _mp_given: bool = PrivateAttr(default=False)
-    _defaults: ClassVar[Dict[str, type]] = {
-        "quantization_config": QuantizationConfig, "mixed_precision_config": MixedPrecisionQuantizationConfig,
-        "bit_width_config": BitWidthConfig, "debug_config": DebugConfig}
 
     @field_validator("quantization_config", "mixed_precision_config", "bit_width_config", "debug_config", mode="before")
     @classmethod
     def _default_when_none(cls, v: Any, info: Any) -> Any:
-        expected = cls._defaults[info.field_name]
+        expected = cast(type, cls.model_fields[info.field_name].annotation)
         if v is None:
             return expected()
         if not isinstance(v, expected):

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from hwquant.core.config import DefaultDict
 from hwquant.tpc.enums import QuantizationMethod
+from hwquant.tpc.schema import bind_positional
 
 __all__ = ["FrameworkInfo"]
 
@@ -117,16 +118,10 @@ class FrameworkInfo:
             names = _MAPPING_FIELDS
         else:
             names = _SEED_FIELDS if len(args) == len(_SEED_FIELDS) else _FIELDS
-        if len(args) > len(names):
-            raise TypeError(f"FrameworkInfo takes at most {len(names)} positional arguments ({', '.join(names)}), "
-                            f"got {len(args)}")
-        values = dict(zip(names, args))
-        for k, v in kwargs.items():
+        values = bind_positional("FrameworkInfo", names, args, kwargs)
+        for k in kwargs:
             if k not in _ALL_FIELDS:
                 raise TypeError(f"FrameworkInfo got an unexpected argument '{k}'; valid: {', '.join(_ALL_FIELDS)}")
-            if k in values:
-                raise TypeError(f"FrameworkInfo got two values for '{k}'")
-            values[k] = v
         missing = [k for k in ("kernel_channels_mapping",) if k not in values]
         if "kernel_ops" not in values and "kernel_ops_attributes_mapping" not in values:
             missing.insert(0, "kernel_ops (or kernel_ops_attributes_mapping)")

@@ -8,7 +8,7 @@ makes no sense (the error names the field and the rule), so every later stage ca
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Dict, Final, Literal, Optional, Tuple, Union, cast
+from typing import Any, ClassVar, Dict, Final, Literal, Optional, Sequence, Tuple, Union, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Annotated
@@ -44,6 +44,18 @@ def _opset_name(v: Any) -> Any:
     return OperatorSetNames.EXPAND.value if v == "Expend" else v
 
 
+def bind_positional(owner: str, order: Sequence[str], args: tuple, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """`kwargs` with `args` given to the names of `order` (the older APIs take fields positionally)."""
+    if len(args) > len(order):
+        raise TypeError(f"{owner} takes at most {len(order)} positional arguments ({', '.join(order) or 'none'}), "
+                        f"got {len(args)}")
+    for name, value in zip(order, args):
+        if name in kwargs:
+            raise TypeError(f"{owner} got two values for '{name}' (positional and keyword)")
+        kwargs[name] = value
+    return kwargs
+
+
 class _Frozen(BaseModel):
     """Base of every schema model: frozen, no unknown fields, validated edits.
 
@@ -55,14 +67,7 @@ class _Frozen(BaseModel):
     _positional: ClassVar[Tuple[str, ...]] = ()
 
     def __init__(self, *args: Any, **data: Any):
-        if len(args) > len(self._positional):
-            raise TypeError(f"{type(self).__name__} takes at most {len(self._positional)} positional argument(s) "
-                            f"({', '.join(self._positional) or 'none'}); got {len(args)}")
-        for name, value in zip(self._positional, args):
-            if name in data:
-                raise TypeError(f"{type(self).__name__} got '{name}' both positionally and by keyword")
-            data[name] = value
-        super().__init__(**data)
+        super().__init__(**bind_positional(type(self).__name__, self._positional, args, data))
 
     def _edited(self, **changes: Any):
         unknown = sorted(set(changes) - set(type(self).model_fields))
