@@ -61,6 +61,13 @@ def _channel_shape(axis: Optional[int], rank: Optional[int]) -> Optional[List[in
     return [-1 if d == axis % rank else 1 for d in range(rank)]
 
 
+def _constant_fields(mctq_op: str) -> Tuple[str, ...]:
+    """The figures of an mct_quantizers op (its constant inputs for weights, attributes for activations)."""
+    if "UNIFORM" in mctq_op.upper():
+        return "min_range", "max_range"
+    return ("lut_values", "threshold") if "LUT" in mctq_op.upper() else ("threshold",)
+
+
 def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int, where: str) -> List[onnx.NodeProto]:
     grid = spec.grid()
     weight = ed.constant(x) if spec.target == WEIGHTS else None
@@ -108,21 +115,16 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
     as_const = (lambda v: np.asarray(v, np.float32) if shape is None else np.asarray(v, np.float32).reshape(shape))
     s = ed.add_initializer(as_const(grid.scale), f"{y}_scale")
     zp_values = np.asarray(grid.zero_point, np.float64)
-    t = [ed.fresh(f"{y}_t{i}") for i in range(5)]
-    nodes = [ed.node("Div", [x, s], [t[0]]), ed.node("Round", [t[0]], [t[1]])]
-    zp_input: Optional[str]  # the zero-point initializer (None: all zero, no Add / Sub)
-    if np.any(zp_values != 0):
-        zp_input = ed.add_initializer(as_const(zp_values), f"{y}_zero_point")
-        nodes += [ed.node("Add", [t[1], zp_input], [t[2]])]
-    else:
-        zp_input, t[2] = None, t[1]
+    zp = [ed.add_initializer(as_const(zp_values), f"{y}_zero_point")] if np.any(zp_values != 0) else []  # all zero: no Add / Sub
     lo, hi = (ed.add_initializer(np.asarray(v, np.float32), f"{y}_{n}") for v, n in ((grid.qmin, "qmin"), (grid.qmax, "qmax")))
-    nodes.append(ed.node("Clip", [t[2], lo, hi], [t[3]]))
-    if zp_input is not None:
-        nodes.append(ed.node("Sub", [t[3], zp_input], [t[4]]))
-    else:
-        t[4] = t[3]
-    return nodes + [ed.node("Mul", [t[4], s], [y])]
+    steps = [("Div", [s]), ("Round", []), *([("Add", zp)] if zp else []), ("Clip", [lo, hi]),
+             *([("Sub", zp)] if zp else []), ("Mul", [s])]
+    nodes, value = [], x
+    for i, (op, operands) in enumerate(steps):
+        out = y if i == len(steps) - 1 else ed.fresh(f"{y}_t{i}")
+        nodes.append(ed.node(op, [value, *operands], [out]))
+        value = out
+    return nodes
 
 
 def lower_markers_to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -141,8 +143,7 @@ def lower_markers_to_mctq(model: onnx.ModelProto) -> onnx.ModelProto:
         fields = spec.mctq_fields()
         attrs = {"num_bits": fields["num_bits"], "signed": fields["signed"], "mctq_version": MCTQ_FORMAT_VERSION}
         inputs = [node.input[0]]
-        const_names = ("min_range", "max_range") if "min_range" in fields else \
-            (("lut_values", "threshold") if "lut_values" in fields else ("threshold",))
+        const_names = _constant_fields(spec.mctq_op())
         if spec.target == ACTIVATION:
             attrs.update({k: float(fields[k]) for k in const_names})
         else:  # weights: thresholds / ranges / table as float constant inputs, like mct_quantizers
@@ -165,10 +166,7 @@ def lower_mctq_to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in [n for n in ed.nodes if n.domain == MCTQ_DOMAIN]:
         fields = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs_of(node).items()}
         if node.op_type.startswith("Weights"):
-            names = {"WeightsUniformQuantizer": ("min_range", "max_range"),
-                     "WeightsLUTPOTQuantizer": ("lut_values", "threshold"),
-                     "WeightsLUTSymmetricQuantizer": ("lut_values", "threshold")}.get(node.op_type, ("threshold",))
-            for name, inp in zip(names, node.input[1:]):
+            for name, inp in zip(_constant_fields(node.op_type), node.input[1:]):
                 value = ed.constant(inp)
                 if value is None:
                     raise ExportError(f"mct_quantizers node '{node.name}': input '{inp}' ({name}) is not a constant")
