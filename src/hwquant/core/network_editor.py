@@ -70,26 +70,28 @@ class BaseNodeMatcher:
         return f"{type(self).__name__}({args})"
 
 
-class NodeAndMatcher(BaseNodeMatcher):
+class _PairMatcher(BaseNodeMatcher):
+    symbol = "?"
+
     def __init__(self, matcher_a: BaseNodeMatcher, matcher_b: BaseNodeMatcher):
         self.matcher_a, self.matcher_b = matcher_a, matcher_b
+
+    def __repr__(self) -> str:
+        return f"({self.matcher_a!r} {self.symbol} {self.matcher_b!r})"
+
+
+class NodeAndMatcher(_PairMatcher):
+    symbol = "&"
 
     def match(self, node: Any) -> bool:
         return self.matcher_a.match(node) and self.matcher_b.match(node)
 
-    def __repr__(self) -> str:
-        return f"({self.matcher_a!r} & {self.matcher_b!r})"
 
-
-class NodeOrMatcher(BaseNodeMatcher):
-    def __init__(self, matcher_a: BaseNodeMatcher, matcher_b: BaseNodeMatcher):
-        self.matcher_a, self.matcher_b = matcher_a, matcher_b
+class NodeOrMatcher(_PairMatcher):
+    symbol = "|"
 
     def match(self, node: Any) -> bool:
         return self.matcher_a.match(node) or self.matcher_b.match(node)
-
-    def __repr__(self) -> str:
-        return f"({self.matcher_a!r} | {self.matcher_b!r})"
 
 
 class NodeNotMatcher(BaseNodeMatcher):
