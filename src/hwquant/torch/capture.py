@@ -27,7 +27,7 @@ from hwquant.core.graph import Graph
 from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.export_capture import capture_with_export
 from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx
+from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx, source_line
 
 
 def _failure_site(exc: BaseException) -> Tuple[str, str]:
@@ -39,11 +39,7 @@ def _failure_site(exc: BaseException) -> Tuple[str, str]:
         if isinstance(self_obj, torch.nn.Module) and "torch/fx" not in frame.f_code.co_filename \
                 and "torch/nn/modules" not in frame.f_code.co_filename:
             site = f"{type(self_obj).__name__}.{frame.f_code.co_name}"
-            try:
-                line = inspect.getframeinfo(frame, context=1).code_context[0].strip()
-            except Exception:  # noqa: BLE001 - best effort for the message only
-                line = ""
-            line = f"{frame.f_code.co_filename}:{lineno}: {line}"
+            line = f"{frame.f_code.co_filename}:{lineno}: {source_line(frame)}"
     return site, line
 
 

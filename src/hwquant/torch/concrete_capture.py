@@ -42,7 +42,7 @@ from hwquant.core.graph import Graph, NodeKind
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers
 from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, frozen_layer, functionalize_in_place_ops,
-                                    graph_from_fx, replace_nodes)
+                                    graph_from_fx, replace_nodes, source_line)
 
 # The batch sizes of the two traces compared to free the batch.
 _TRACE_BATCHES = (2, 3)
@@ -166,11 +166,7 @@ def _user_site() -> str:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(torch_dir) and filename != __file__:
-            try:
-                line = inspect.getframeinfo(frame, context=1).code_context[0].strip()
-            except Exception:  # noqa: BLE001 - best effort for the message only
-                line = ""
-            return f"{filename}:{frame.f_lineno}: {line}"
+            return f"{filename}:{frame.f_lineno}: {source_line(frame)}"
         frame = frame.f_back
     return ""
 

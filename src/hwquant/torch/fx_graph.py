@@ -18,6 +18,14 @@ class CaptureError(HwquantError, RuntimeError):
     """The model could not be captured into a graph."""
 
 
+def source_line(frame: Any) -> str:
+    """The code of a frame's current line, for an error message ("" where it cannot be read)."""
+    try:
+        return inspect.getframeinfo(frame, context=1).code_context[0].strip()
+    except Exception:  # noqa: BLE001 - best effort for the message only
+        return ""
+
+
 def to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().copy()
 
@@ -66,10 +74,6 @@ def _convert_args(args: Any, inputs: List[str], names: Dict[fx.Node, str]) -> An
     return map_nested(args, ref)
 
 
-def _plain_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if not isinstance(v, (fx.Node, torch.Tensor))}
-
-
 def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
     """The core graph of a traced GraphModule whose nodes carry shape metadata."""
     nodes: List[Node] = []
@@ -97,8 +101,9 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
             else:
                 is_function = n.op == "call_function"
                 layer_type = n.target if is_function else getattr(torch.Tensor, n.target, n.target)
+                attrs = {k: v for k, v in n.kwargs.items() if not isinstance(v, (fx.Node, torch.Tensor))}
                 nodes.append(Node(n.name, NodeKind.FUNCTION if is_function else NodeKind.METHOD, layer_type, inputs,
-                                  _plain_kwargs(n.kwargs), {}, n.target, args, kwargs, shape, _scope(n)))
+                                  attrs, {}, n.target, args, kwargs, shape, _scope(n)))
         elif n.op == "output":
             outputs = map_nested(n.args[0], lambda a: _output_name(a, names))
         if n.op != "output":
