@@ -12,6 +12,7 @@ from hwquant.constants import KERNEL_ATTR
 from hwquant.core.config import CoreConfig
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.passes.linear_collapsing import single_reader
 from hwquant.core.node_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
                                       NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
 from hwquant.errors import InvalidConfigError
@@ -176,11 +177,11 @@ def _match_chain(graph: Graph, start: Node, positions: Sequence[Sequence[str]], 
         return None
     chain = [start]
     for names in positions[1:]:
-        users = graph.successors(chain[-1])
         # The intermediate tensor must feed exactly the next op and nothing else (and not be an output).
-        if len(users) != 1 or graph.is_output(chain[-1]) or users[0].name in taken or users[0].opset not in names:
+        reader = single_reader(graph, chain[-1])
+        if reader is None or reader.name in taken or reader.opset not in names:
             return None
-        chain.append(users[0])
+        chain.append(reader)
     return chain
 
 

@@ -34,9 +34,7 @@ def bound_relus_to_power_of_2(graph: Graph, adapter: FrameworkAdapter) -> int:
     for act in graph:
         info = adapter.activation_info(act)
         if info is None or info.name not in ("relu6", "hardtanh") or info.lower != 0 or info.upper is None \
-                or not math.isfinite(info.upper) or info.upper <= 0 or _is_power_of_two(info.upper):
-            continue
-        if len(act.inputs) != 1:
+                or not math.isfinite(info.upper) or info.upper <= 0 or _is_power_of_two(info.upper) or len(act.inputs) != 1:
             continue
         first = graph.node(act.inputs[0])
         second = single_reader(graph, act)
