@@ -124,14 +124,9 @@ def _alias(name: str) -> property:
 class QuantizationConfig(ValidatedConfig):
     """Parameters of the quantization process (MCT 2.6 fields and defaults).
 
-    Also accepts the seed's spelling: ``activation_threshold_method``, ``weights_threshold_method`` and
-    ``relu_unbound_correction`` are other names of ``activation_error_method``, ``weights_error_method``
-    and ``relu_bound_to_power_of_2`` (readable and assignable as attributes too); giving both names with
-    different values is an error. The seed-only fields ``activation_quantization_method``,
-    ``weights_quantization_method``, ``activation_n_bits``, ``weights_n_bits``,
-    ``weights_per_channel_threshold``, ``enable_weights_quantization`` and
-    ``enable_activation_quantization`` default to None ("take it from the TPC"); when given they override
-    the TPC, see :meth:`tpc_overrides`.
+    Also accepts the seed's spellings of three fields (_QC_ALIASES; attributes too), giving both names with
+    different values being an error, and the seed-only fields of _TPC_OVERRIDES, which default to None
+    ("take it from the TPC") and, when given, override the TPC (see :meth:`tpc_overrides`).
     """
 
     activation_error_method: _QEM = QuantizationErrorMethod.MSE

@@ -1,13 +1,7 @@
-"""FrameworkInfo: what the core needs to know about a framework's layers to quantize a model.
-
-It holds lists of layers by how they should be quantized (kernel_ops: layers with coefficients to
-quantize, e.g. Conv2D, Dense; activation_ops: layers whose outputs are quantized, e.g. Add, ReLU;
-no_quantization_ops: layers left alone, e.g. Reshape, Transpose) and mappings: quantization method ->
-quantizer function for activations and weights; layer -> (out, in) kernel channel indices (a DefaultDict);
-activation function name -> (min, max) output values, e.g. {'softmax': (0, 1)}; layer -> (min, max)
-output values, e.g. {Softmax: (0, 1)}. A bound of None means unbounded on that side; layer -> the
-names of its weights to quantize (kernel_ops_attributes_mapping); layer -> its output channel axis
-(out_channel_axis_mapping, for per-channel statistics).
+"""FrameworkInfo: what the core needs to know about a framework's layers to quantize a model: lists of
+layers by how they are quantized (kernel_ops, e.g. Conv2D; activation_ops, e.g. ReLU; no_quantization_ops,
+e.g. Reshape) and per-layer mappings (quantizer functions, kernel channel axes, weights to quantize,
+output channel axis, (min, max) output values, a bound of None being unbounded on that side).
 Each framework adapter provides its own instance; this module is framework-free.
 """
 from __future__ import annotations
