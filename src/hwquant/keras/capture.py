@@ -221,10 +221,21 @@ def _plain_config(op: Any) -> Dict[str, Any]:
         return {}
 
 
+def _refuse_quantized(model: Any) -> None:
+    """A model holding hwquant's / MCT's quantization layers is quantized already: quantizing it again
+    would quantize twice (and the float weights are gone)."""
+    found = [layer.name for layer in model._flatten_layers(include_self=False)
+             if type(layer).__name__ in ("KerasQuantizationWrapper", "KerasActivationQuantizationHolder")]
+    if found:
+        raise CaptureError(f"'{model.name}' is already quantized (it holds quantization layers: {', '.join(found[:4])}"
+                           f"{' ...' if len(found) > 4 else ''}): pass the float model it was made from")
+
+
 def capture(model: Any, example_inputs: Sequence[Any]) -> Graph:
     """The core graph of a functional or Sequential Keras model; shapes with the batch size of
     `example_inputs` (one array per model input)."""
     functional = functional_of(model)
+    _refuse_quantized(functional)
     if len(example_inputs) != len(functional.inputs):
         raise CaptureError(f"'{model.name}' takes {len(functional.inputs)} input(s); the representative data gives "
                            f"{len(example_inputs)} array(s) per batch")

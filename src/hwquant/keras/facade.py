@@ -62,21 +62,30 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
     Returns (quantized keras.Model, UserInformation): weighted layers wrapped in KerasQuantizationWrapper,
     quantized activations through KerasActivationQuantizationHolder layers.
     """
-    from hwquant.core.pipeline import run_ptq
-
     if debug_bypass(core_config):
         return in_model, None
-    check_target(target_resource_utilization)
     start = time.perf_counter()
     with KERAS_LOCK:
-        state, data = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
-        state.target = target_resource_utilization
-        run_ptq(state, data)
+        state, _ = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
+                                 target_platform_capabilities)
         # (the bias-correction judge's model is this graph's quantized model: no second build)
         model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
     log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, user_information(state, state.adapter)
+
+
+def run_keras_ptq(in_model: Any, representative_data_gen: Callable[[], Any],
+                  target_resource_utilization: Optional[ResourceUtilization], core_config: CoreConfig,
+                  target_platform_capabilities: Any, keep_float_graph: bool = False) -> Tuple[Any, Any]:
+    """The PTQ pipeline on a Keras model: (final pipeline state, representative data); the caller holds
+    KERAS_LOCK. QAT and GPTQ start here too (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
+    from hwquant.core.pipeline import run_ptq
+
+    check_target(target_resource_utilization)
+    state, data = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
+    state.target = target_resource_utilization
+    return run_ptq(state, data, keep_float_graph=keep_float_graph), data
 
 
 def keras_resource_utilization_data(in_model: Any, representative_data_gen: Callable[[], Any],

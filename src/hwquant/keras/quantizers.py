@@ -84,19 +84,32 @@ def make_quantizer(method: Any, num_bits: int, params: Dict[str, Any], channel_a
     return QUANTIZER_CLASSES[(target, QuantizationMethod(method))](method, num_bits, params, channel_axis, target)
 
 
-def _quantizer_from(config: Any) -> KerasInferableQuantizer:
-    return config if isinstance(config, KerasInferableQuantizer) else keras.saving.deserialize_keras_object(config)
+def _quantizer_from(config: Any) -> Any:
+    """A quantizer object, or the one its serialized config describes."""
+    return keras.saving.deserialize_keras_object(config) if isinstance(config, dict) else config
+
+
+def _trainable(quantizer: Any) -> bool:
+    """A trainable quantizer (keras/trainable/base.py) creates its variables on the layer holding it."""
+    return hasattr(quantizer, "initialize_quantization")
 
 
 @keras.saving.register_keras_serializable(_PACKAGE)
 class KerasActivationQuantizationHolder(keras.layers.Layer):
-    """Quantizes its input with ``activation_holder_quantizer``."""
+    """Quantizes its input with ``activation_holder_quantizer`` (a trainable one keeps its variables on
+    this layer)."""
 
     def __init__(self, activation_holder_quantizer: Any, **kwargs):
         super().__init__(**kwargs)
         self.activation_holder_quantizer = _quantizer_from(activation_holder_quantizer)
 
-    def call(self, inputs):
+    def build(self, input_shape):
+        if _trainable(self.activation_holder_quantizer):
+            self.activation_holder_quantizer.initialize_quantization(input_shape, "", self)
+
+    def call(self, inputs, training=None):
+        if _trainable(self.activation_holder_quantizer):
+            return self.activation_holder_quantizer(inputs, training=training)
         return self.activation_holder_quantizer(inputs)
 
     def compute_output_shape(self, input_shape):
@@ -109,15 +122,36 @@ class KerasActivationQuantizationHolder(keras.layers.Layer):
 
 @keras.saving.register_keras_serializable(_PACKAGE)
 class KerasQuantizationWrapper(keras.layers.Wrapper):
-    """A weighted layer and its weight quantizers ({weight name: quantizer}); the layer holds the
-    quantized weights."""
+    """A weighted layer and its weight quantizers ({weight name: quantizer}). The layer holds the
+    quantized weights of fixed quantizers, and the float weights of trainable ones (QAT, GPTQ): those
+    are quantized at every call and handed to the layer through a ``keras.StatelessScope``, so the
+    layer's own computation runs unchanged and its float weights receive the gradients."""
 
     def __init__(self, layer: Any, weights_quantizers: Optional[Dict[str, Any]] = None, **kwargs):
         super().__init__(layer, **kwargs)
         self.weights_quantizers = {k: _quantizer_from(v) for k, v in (weights_quantizers or {}).items()}
 
-    def call(self, inputs, *args, **kwargs):
-        return self.layer(inputs, *args, **kwargs)
+    def _layer_weights(self) -> Dict[str, Any]:
+        from hwquant.keras.builder import weight_keys
+        return dict(zip(weight_keys(self.layer), self.layer.weights))
+
+    def _trainable_quantizers(self) -> Dict[str, Any]:
+        return {k: q for k, q in self.weights_quantizers.items() if _trainable(q)}
+
+    def build(self, input_shape=None):
+        super().build(input_shape)
+        weights = self._layer_weights()
+        for attr, q in self._trainable_quantizers().items():
+            q.initialize_quantization(tuple(weights[attr].shape), attr, self)
+
+    def call(self, inputs, *args, training=None, **kwargs):
+        trainable = self._trainable_quantizers()
+        if not trainable:
+            return self.layer(inputs, *args, **kwargs)
+        weights = self._layer_weights()
+        quantized = [(weights[attr], q(weights[attr], training=training)) for attr, q in trainable.items()]
+        with keras.StatelessScope(state_mapping=quantized):
+            return self.layer(inputs, *args, **kwargs)
 
     def compute_output_shape(self, input_shape):
         return self.layer.compute_output_shape(input_shape)

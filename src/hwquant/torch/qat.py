@@ -16,8 +16,9 @@ from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.metadata import attach_metadata
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import (TrainableQuantizerFactory, build_trainable_model, convert_to_inferable,
-                                           copy_model, trainable_quantizer_classes, trainable_quantizers)
-from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
+                                           copy_model, trainable_quantizers)
+from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
+                                                          trainable_weights_config)
 
 log = logging.getLogger("hwquant.qat")
 

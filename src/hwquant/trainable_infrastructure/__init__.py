@@ -1,7 +1,9 @@
 """`mct.trainable_infrastructure`: trainable quantizers (QAT, GPTQ), their configs and registry.
 
 The configs and the registry are framework-free; each framework's quantizers load on first use
-(`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`: hwquant.torch.trainable).
+(`mct.trainable_infrastructure.BasePytorchTrainableQuantizer`: hwquant.torch.trainable;
+`BaseKerasTrainableQuantizer`: hwquant.keras.trainable). The STE / LSQ quantizers' names are the torch
+classes here; the Keras ones of the same names are in hwquant.keras.trainable.
 """
 from hwquant.lazy import lazy_table
 from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod, VariableGroup,  # noqa: F401
@@ -12,9 +14,12 @@ from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivatio
 
 _TORCH = "hwquant.torch.trainable"
 __getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
-    name: _TORCH for name in (
+    **{name: _TORCH for name in (
         "BasePytorchTrainableQuantizer", "BasePytorchActivationTrainableQuantizer",
         "LSQSymmetricActivationTrainableQuantizer", "LSQSymmetricWeightsTrainableQuantizer",
         "LSQUniformActivationTrainableQuantizer", "LSQUniformWeightsTrainableQuantizer",
         "STESymmetricActivationTrainableQuantizer", "STESymmetricWeightsTrainableQuantizer",
-        "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")}, globals())
+        "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")},
+    **{name: "hwquant.keras.trainable" for name in (
+        "BaseKerasTrainableQuantizer", "BaseKerasActivationTrainableQuantizer", "BaseKerasWeightTrainableQuantizer")},
+}, globals())

@@ -1,10 +1,14 @@
-"""A node's final quantization config as the configs of its trainable quantizers (framework-free;
-QAT and GPTQ both start from the PTQ result this way)."""
+"""A node's final quantization config as the configs of its trainable quantizers, and the trainable
+quantizer class of each node (framework-free; QAT and GPTQ both start from the PTQ result this way)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import inspect
+from enum import Enum
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from hwquant.core.graph import Node
+from hwquant.core.graph import Graph, Node
+from hwquant.errors import InvalidConfigError
+from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,
                                                      TrainableQuantizerCandidateConfig, TrainableQuantizerWeightsConfig)
 
@@ -46,3 +50,43 @@ def trainable_activation_config(node: Node) -> TrainableQuantizerActivationConfi
         activation_quantization_params=dict(ac.activation_quantization_params),
         enable_activation_quantization=ac.quantized, min_threshold=ac.min_threshold,
         activation_quantization_candidates=candidates)
+
+
+# (identifier: a TrainingMethod or a RoundingType, base class, constructor overrides)
+QuantizerChoice = Tuple[Enum, type, Dict[str, Any]]
+
+
+def trainable_quantizer_classes(graph: Graph, kernel_attr: Callable[[Node], Optional[str]], weights: QuantizerChoice,
+                                activations: QuantizerChoice, what: str) -> Tuple[Dict[str, type], Dict[str, type]]:
+    """The trainable quantizer class of each quantized kernel and activation ({node name: class}),
+    checked up front (with the constructor overrides) so that one error names every node that cannot
+    be trained."""
+    found: Tuple[Dict[str, type], Dict[str, type]] = ({}, {})
+    problems = []
+    for node in graph:
+        cfg = node.final_config
+        if cfg is None:
+            continue
+        attr = kernel_attr(node)
+        wc = cfg.weights_quantization_cfg.attrs.get(attr) if attr is not None else None
+        ac = cfg.activation_quantization_cfg
+        wanted = [(0, QuantizationTarget.Weights, wc.weights_quantization_method, "kernel")
+                  if wc is not None and wc.enable_weights_quantization and attr in node.weights else None,
+                  (1, QuantizationTarget.Activation, ac.activation_quantization_method, "activation")
+                  if ac.quantized else None]
+        for i, target, method, label in filter(None, wanted):
+            identifier, base, _ = (weights, activations)[i]
+            try:
+                found[i][node.name] = get_trainable_quantizer_class(target, identifier, method, base)
+            except InvalidConfigError as e:
+                problems.append(f"'{node.name}' {label}: {e}")
+    if problems:
+        raise InvalidConfigError(f"{what} cannot train every quantizer:\n  " + "\n  ".join(problems))
+    for which, classes, (_, _, override) in (("weight", found[0], weights), ("activation", found[1], activations)):
+        for cls in set(classes.values()):
+            accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "quantization_config")]
+            unknown = sorted(set(override) - set(accepted))
+            if unknown:
+                raise InvalidConfigError(f"{which} quantizer params override has {unknown}, which {cls.__name__} does "
+                                         f"not take; it accepts {accepted}")
+    return found

@@ -22,9 +22,10 @@ from hwquant.torch.gptq.loss import multiple_tensors_mse_loss, sample_layer_atte
 from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.torch.output_mean_correction import channel_axis
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
-from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model, trainable_quantizer_classes
+from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model
 from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
-from hwquant.trainable_infrastructure.node_configs import trainable_activation_config, trainable_weights_config
+from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
+                                                          trainable_weights_config)
 
 # The float teacher's interest-point activations are kept for every sample, computed once, when they
 # fit in a quarter of the memory free on the device, or in this many bytes if that is more; otherwise

@@ -1,0 +1,316 @@
+"""Keras 3 quantization-aware training and its trainable quantizers: the STE / LSQ quantizers (grid, gradients,
+serialisation), init from PTQ, training with fit and with a custom step, saving mid-training, finalize,
+export, the error paths. Runs on Keras' torch backend in the suite and on TensorFlow in .venv-tf."""
+import numpy as np
+import pytest
+
+keras = pytest.importorskip("keras")
+from keras import layers  # noqa: E402
+
+import hwquant as mct  # noqa: E402
+from hwquant.errors import InvalidConfigError  # noqa: E402
+from hwquant.keras.capture import CaptureError  # noqa: E402
+from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasInferableQuantizer  # noqa: E402
+from hwquant.keras.quantizers import KerasQuantizationWrapper  # noqa: E402
+from hwquant.keras.trainable import quantizers as kq  # noqa: E402
+from hwquant.tpc.enums import QuantizationMethod as QM  # noqa: E402
+from hwquant.trainable_infrastructure import (BaseKerasTrainableQuantizer, TrainableQuantizerActivationConfig,  # noqa: E402
+                                              TrainableQuantizerWeightsConfig, TrainingMethod, VariableGroup)
+
+QAT_INIT = mct.qat.keras_quantization_aware_training_init_experimental
+QAT_FINALIZE = mct.qat.keras_quantization_aware_training_finalize_experimental
+BACKEND = keras.backend.backend()
+
+
+def numpy(x):
+    return np.asarray(keras.ops.convert_to_numpy(x))
+
+
+def backend_gradients(loss_fn, variables):
+    """d loss_fn() / d variables, tensors of the backend Keras runs on (a user's custom training step)."""
+    if BACKEND == "torch":
+        import torch
+        return [g.detach() for g in torch.autograd.grad(loss_fn(), [v.value for v in variables])]
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        loss = loss_fn()
+    return tape.gradient(loss, [v.value for v in variables])
+
+
+def gradients(loss_fn, variables):
+    return [numpy(g) for g in backend_gradients(loss_fn, variables)]
+
+
+# ------------------------------------------------------------------------------------- the quantizers
+def wcfg(method, bits=8):
+    params = {"threshold": [0.5, 1.0, 2.0]} if method != QM.UNIFORM else {"range_min": [-0.4, -1.0, -2.0],
+                                                                          "range_max": [0.6, 1.5, 1.0]}
+    return TrainableQuantizerWeightsConfig(weights_quantization_method=method, weights_n_bits=bits,
+                                           weights_quantization_params=params, enable_weights_quantization=True,
+                                           weights_channels_axis=-1, weights_per_channel_threshold=True,
+                                           min_threshold=2 ** -16)
+
+
+def acfg(method, bits=8, params=None):
+    params = params or ({"threshold": 2.0, "is_signed": True} if method != QM.UNIFORM else
+                        {"range_min": -1.3, "range_max": 2.2})
+    return TrainableQuantizerActivationConfig(activation_quantization_method=method, activation_n_bits=bits,
+                                              activation_quantization_params=params,
+                                              enable_activation_quantization=True, min_threshold=2 ** -16)
+
+
+ALL = [(target, method, training) for target in ("weights", "activation")
+       for method in (QM.POWER_OF_TWO, QM.SYMMETRIC, QM.UNIFORM) for training in ("STE", "LSQ")]
+
+
+def make(target, method, training, **kw):
+    grid = "Uniform" if method == QM.UNIFORM else "Symmetric"
+    cls = getattr(kq, f"{training}{grid}{'Weights' if target == 'weights' else 'Activation'}TrainableQuantizer")
+    q = cls(wcfg(method) if target == "weights" else acfg(method), **kw)
+    owner = layers.Layer(name="owner")
+    q.initialize_quantization((4, 5, 3), "w" if target == "weights" else "", owner)
+    return q, owner
+
+
+def sample():
+    return np.random.default_rng(0).normal(scale=1.5, size=(4, 5, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("target,method,training", ALL)
+def test_starts_on_the_ptq_grid_converts_bitwise_and_round_trips(target, method, training):
+    q, owner = make(target, method, training)
+    x = sample()
+    y0 = numpy(q(x))
+    assert np.isfinite(y0).all() and len(np.unique(y0)) > 10
+    for v in q.quantization_parameters():  # move the learned parameters off their start
+        v.assign(numpy(v) * 1.37 + 0.11)
+    y = numpy(q(x))
+    inferable = q.convert_to_inferable_quantizers()
+    assert isinstance(inferable, KerasInferableQuantizer)
+    np.testing.assert_array_equal(numpy(inferable(x)), y)
+    np.testing.assert_array_equal(numpy(q(x, training=False)), y)
+    # get_config / from_config: plain JSON data, the same quantizer again (variables restored with the layer)
+    config = keras.saving.serialize_keras_object(q)
+    again = keras.saving.deserialize_keras_object(config)
+    assert type(again) is type(q) and again.get_config() == q.get_config()
+    again.initialize_quantization((4, 5, 3), "w", layers.Layer(name="other"))
+    for a, b in zip(again.quantization_parameters(), q.quantization_parameters()):
+        a.assign(numpy(b))
+    np.testing.assert_array_equal(numpy(again(x)), y)
+
+
+def test_defaults_frozen_overrides_and_variable_groups():
+    q, owner = make("weights", QM.SYMMETRIC, "STE")  # STE weights keep the PTQ threshold, as MCT
+    assert q.get_trainable_variables(VariableGroup.QPARAMS) == [] and not owner.trainable_weights
+    q, owner = make("activation", QM.UNIFORM, "LSQ")
+    assert len(q.get_trainable_variables(VariableGroup.QPARAMS)) == 2 and len(owner.trainable_weights) == 2
+    q, owner = make("activation", QM.UNIFORM, "LSQ", freeze_quant_params=True)
+    assert q.get_trainable_variables(VariableGroup.QPARAMS) == [] and len(owner.non_trainable_weights) == 2
+    with pytest.raises(InvalidConfigError, match="VariableGroup"):
+        q.get_trainable_variables("QPARAMS")
+
+
+def test_power_of_two_threshold_learns_through_its_rounding():
+    q = kq.STESymmetricActivationTrainableQuantizer(acfg(QM.POWER_OF_TWO, params={"threshold": 3.0, "is_signed": True}))
+    owner = layers.Layer()
+    q.initialize_quantization((3,), "", owner)
+    (t,) = q.quantization_parameters()
+    assert float(numpy(t)) == 4.0
+    t.assign(5.0)
+    x = np.array([100.0, -100.0, 0.3], "float32")
+    (g,) = gradients(lambda: keras.ops.sum(q(x)), [t])
+    # clipped above: qmax - z = 127, below: qmin - z = -128; scale = t / 128 passed straight through the rounding
+    assert float(g) == pytest.approx((127 - 128) / 128)
+    assert q.convert_to_inferable_quantizers().params["threshold"] == 8.0
+
+
+@pytest.mark.parametrize("method", [QM.SYMMETRIC, QM.UNIFORM])
+@pytest.mark.parametrize("target", ["weights", "activation"])
+def test_lsq_gradients_match_the_paper(target, method):
+    q, _ = make(target, method, "LSQ")
+    x = sample()
+    upstream = np.linspace(-1, 1, x.size).reshape(x.shape).astype("float32")
+    xv = keras.Variable(x)
+    variables = [xv] + q.quantization_parameters()
+    grads = gradients(lambda: keras.ops.sum(keras.ops.multiply(q(xv), upstream)), variables)
+    grid = q.grid()
+    s, z = numpy(grid.scale).astype(np.float64), np.round(numpy(grid.zero_point)).astype(np.float64)
+    xs = x / s
+    r = np.round(xs) + z
+    inside = (r >= grid.qmin) & (r <= grid.qmax)
+    np.testing.assert_array_equal(grads[0], inside.astype("float32") * upstream)  # straight through, zero outside
+    term = np.where(r < grid.qmin, grid.qmin - z, np.where(r > grid.qmax, grid.qmax - z, np.round(xs) - xs))
+    n = x.size // (s.size if target == "weights" else x.shape[0])
+    factor = 1 / np.sqrt(n * grid.qmax)
+    expected = ((term * upstream).sum(axis=(0, 1)) if target == "weights" else (term * upstream).sum()) * factor
+    if method == QM.UNIFORM:
+        np.testing.assert_allclose(grads[1], expected.reshape(grads[1].shape), rtol=1e-4, atol=1e-6)
+        dz = np.where(~inside, -s * upstream, 0)
+        dz = dz.sum(axis=(0, 1)) if target == "weights" else dz.sum()
+        np.testing.assert_allclose(grads[2], np.reshape(dz, grads[2].shape), rtol=1e-4, atol=1e-6)
+    else:  # threshold t = s * 2**(n-1)
+        np.testing.assert_allclose(grads[1], (expected / 128).reshape(grads[1].shape), rtol=1e-4, atol=1e-6)
+
+
+def test_bad_quantizer_configs_are_refused():
+    with pytest.raises(InvalidConfigError, match="needs a TrainableQuantizerWeightsConfig"):
+        kq.STESymmetricWeightsTrainableQuantizer(acfg(QM.SYMMETRIC))
+    with pytest.raises(InvalidConfigError, match="implements"):
+        kq.STESymmetricWeightsTrainableQuantizer(wcfg(QM.UNIFORM))
+    q = kq.STESymmetricWeightsTrainableQuantizer(wcfg(QM.SYMMETRIC))
+    with pytest.raises(InvalidConfigError, match="3 per-channel parameters but the tensor has 7"):
+        q.initialize_quantization((2, 7), "kernel", layers.Layer())
+    with pytest.raises(InvalidConfigError, match="initialized by the layer"):
+        q.grid()
+    assert issubclass(type(q), BaseKerasTrainableQuantizer)
+
+
+# ------------------------------------------------------------------------------------- QAT on a model
+def _net():
+    keras.utils.set_random_seed(0)
+    x = keras.Input((12, 12, 3), name="img")
+    y = layers.Conv2D(8, 3, padding="same", use_bias=False, name="c1")(x)
+    y = layers.BatchNormalization(name="bn1")(y)
+    y = layers.ReLU(name="r1")(y)
+    z = layers.DepthwiseConv2D(3, padding="same", activation="relu", name="dw")(y)
+    y = keras.ops.add(y, layers.Conv2D(8, 1, name="pw")(z))
+    y = layers.GlobalAveragePooling2D(name="gap")(y)
+    return keras.Model(x, layers.Dense(5, name="fc")(y), name="net")
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(48, 12, 12, 3)).astype("float32")
+    return x, rng.integers(0, 5, 48)
+
+
+def gen_of(x):
+    return lambda: iter([[x[i:i + 16]] for i in range(0, len(x), 16)])
+
+
+@pytest.fixture(scope="module")
+def qat_model(data):
+    model, info, custom_objects = QAT_INIT(_net(), gen_of(data[0]))
+    return model, info, custom_objects
+
+
+def _compiled(model):
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_init_gives_the_ptq_model_and_trainable_quantizers(data, qat_model):
+    model, info, custom_objects = qat_model
+    ptq, _ = mct.ptq.keras_post_training_quantization(_net(), gen_of(data[0]))
+    np.testing.assert_array_equal(numpy(model(data[0][:8], training=False)), numpy(ptq(data[0][:8])))
+    wrappers = [layer for layer in model.layers if isinstance(layer, KerasQuantizationWrapper)]
+    holders = [layer for layer in model.layers if isinstance(layer, KerasActivationQuantizationHolder)]
+    assert {w.name for w in wrappers} == {"quant_c1_bn", "quant_dw", "quant_pw", "quant_fc"}
+    assert all(isinstance(w.weights_quantizers["kernel"], kq.STESymmetricWeightsTrainableQuantizer) for w in wrappers)
+    assert all(isinstance(h.activation_holder_quantizer, kq.STESymmetricActivationTrainableQuantizer) for h in holders)
+    names = {v.path for v in model.trainable_variables}
+    assert "quant_fc/fc/kernel" in names and "r1_activation_holder_quantizer/threshold" in names
+    assert info is not None and "STESymmetricWeightsTrainableQuantizer" in custom_objects
+
+
+def test_fit_save_mid_training_load_train_on_and_finalize_bitwise(data, qat_model, tmp_path):
+    x, y = data
+    model, _, custom_objects = QAT_INIT(_net(), gen_of(x))
+    before = numpy(model(x[:8], training=False))
+    history = _compiled(model).fit(x, y, epochs=2, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    trained = numpy(model(x[:8], training=False))
+    assert not np.array_equal(trained, before)
+    model.save(tmp_path / "mid.keras")
+    loaded = keras.saving.load_model(tmp_path / "mid.keras")
+    np.testing.assert_array_equal(numpy(loaded(x[:8], training=False)), trained)
+    assert keras.saving.load_model(tmp_path / "mid.keras", custom_objects=custom_objects) is not None
+    _compiled(loaded).fit(x, y, epochs=1, batch_size=16, verbose=0)  # trains on
+    assert not np.array_equal(numpy(loaded(x[:8], training=False)), trained)
+
+    final = QAT_FINALIZE(model)
+    np.testing.assert_array_equal(numpy(final(x[:8])), trained)  # bitwise the trained model in inference
+    np.testing.assert_array_equal(numpy(model(x[:8], training=False)), trained)  # the QAT model is unchanged
+    assert not any(isinstance(q, BaseKerasTrainableQuantizer) for layer in final.layers
+                   for q in getattr(layer, "weights_quantizers", {}).values())
+    # the kernels are on their grids and the holders are the inferable quantizers of the learned thresholds
+    fc = final.get_layer("quant_fc")
+    kernel = numpy(fc.layer.kernel)
+    np.testing.assert_array_equal(numpy(fc.weights_quantizers["kernel"](kernel)), kernel)
+    holder = final.get_layer("r1_activation_holder_quantizer").activation_holder_quantizer
+    assert isinstance(holder, KerasInferableQuantizer) and final.hwquant_metadata["method"] == "qat"
+    # the finalized model saves, loads and exports as a PTQ model does
+    final.save(tmp_path / "final.keras")
+    again = mct.keras_load_quantized_model(tmp_path / "final.keras")
+    np.testing.assert_array_equal(numpy(again(x[:8])), trained)
+    mct.exporter.keras_export_model(final, str(tmp_path / "final_export.keras"))
+    with pytest.raises(InvalidConfigError, match="already finalized"):
+        QAT_FINALIZE(final)
+
+
+def test_custom_training_step_on_the_backend(data):
+    x, y = data
+    model, _, _ = QAT_INIT(_net(), gen_of(x), qat_config=mct.qat.QATConfig(
+        weight_training_method=TrainingMethod.LSQ, activation_training_method=TrainingMethod.LSQ))
+    optimizer = keras.optimizers.SGD(0.05)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    thresholds = [v for v in model.trainable_variables if v.path.endswith("threshold")]
+    start = [numpy(v).copy() for v in thresholds]
+    assert any(v.path.startswith("quant_fc/") for v in thresholds)  # LSQ weight thresholds learn
+    losses = []
+    for _ in range(3):
+        def loss():
+            return loss_fn(y[:16], model(x[:16], training=True))
+        grads = backend_gradients(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        losses.append(float(numpy(loss())))
+    assert np.isfinite(losses).all()
+    assert any(not np.array_equal(numpy(v), s) for v, s in zip(thresholds, start))
+    final = QAT_FINALIZE(model)
+    np.testing.assert_array_equal(numpy(final(x[:8])), numpy(model(x[:8], training=False)))
+
+
+def test_mixed_precision_at_init(data):
+    x, _ = data
+    ru = mct.core.keras_resource_utilization_data(_net(), gen_of(x))
+    target = mct.core.ResourceUtilization(weights_memory=ru.weights_memory * 0.6)
+    model, info, _ = QAT_INIT(_net(), gen_of(x), target_resource_utilization=target,
+                              core_config=mct.core.CoreConfig(mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig()))
+    bits = {w.name: w.weights_quantizers["kernel"].num_bits for w in model.layers if isinstance(w, KerasQuantizationWrapper)}
+    assert min(bits.values()) < 8 and info.final_resource_utilization.weights_memory <= target.weights_memory
+    final = QAT_FINALIZE(model)
+    np.testing.assert_array_equal(numpy(final(x[:8])), numpy(model(x[:8], training=False)))
+
+
+def test_errors(data, qat_model):
+    x, _ = data
+    with pytest.raises(InvalidConfigError, match="not quantized"):
+        QAT_FINALIZE(_net())
+    ptq, _ = mct.ptq.keras_post_training_quantization(_net(), gen_of(x))
+    with pytest.raises(InvalidConfigError, match="post-training"):
+        QAT_FINALIZE(ptq)
+    with pytest.raises(InvalidConfigError, match="QATConfig"):
+        QAT_INIT(_net(), gen_of(x), qat_config={"weight_training_method": "STE"})
+    with pytest.raises(InvalidConfigError, match="DQA"):
+        QAT_INIT(_net(), gen_of(x), qat_config=mct.qat.QATConfig(weight_training_method=TrainingMethod.DQA))
+    with pytest.raises(InvalidConfigError, match="does not take"):
+        QAT_INIT(_net(), gen_of(x), qat_config=mct.qat.QATConfig(weight_quantizer_params_override={"lr": 1}))
+    model, _, _ = QAT_INIT(_net(), gen_of(x))
+    kernel = model.get_layer("quant_fc").layer.kernel
+    kernel.assign(np.full(kernel.shape, np.nan, "float32"))
+    with pytest.raises(InvalidConfigError, match="training diverged.*quant_fc"):
+        QAT_FINALIZE(model)
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = layers.Dense(3)
+
+        def call(self, t):
+            return self.d(t)
+    with pytest.raises(CaptureError, match="subclassed model"):
+        QAT_INIT(Sub(), lambda: iter([[np.zeros((2, 4), "float32")]]))
+    with pytest.raises((CaptureError, InvalidConfigError), match="already quantized"):
+        QAT_INIT(ptq, gen_of(x))
