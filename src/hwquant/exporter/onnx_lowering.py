@@ -115,10 +115,11 @@ def _qdq_nodes(ed: GraphEditor, spec: QuantizerSpec, x: str, y: str, opset: int,
     as_const = (lambda v: np.asarray(v, np.float32) if shape is None else np.asarray(v, np.float32).reshape(shape))
     s = ed.add_initializer(as_const(grid.scale), f"{y}_scale")
     zp_values = np.asarray(grid.zero_point, np.float64)
-    zp = [ed.add_initializer(as_const(zp_values), f"{y}_zero_point")] if np.any(zp_values != 0) else []  # all zero: no Add / Sub
+    zp_in = [ed.add_initializer(as_const(zp_values), f"{y}_zero_point")] if np.any(zp_values != 0) else []
     lo, hi = (ed.add_initializer(np.asarray(v, np.float32), f"{y}_{n}") for v, n in ((grid.qmin, "qmin"), (grid.qmax, "qmax")))
-    steps = [("Div", [s]), ("Round", []), *([("Add", zp)] if zp else []), ("Clip", [lo, hi]),
-             *([("Sub", zp)] if zp else []), ("Mul", [s])]
+    add: List[Tuple[str, List[str]]] = [("Add", zp_in)] if zp_in else []  # a zero point of zeros: no Add / Sub
+    sub: List[Tuple[str, List[str]]] = [("Sub", zp_in)] if zp_in else []
+    steps = [("Div", [s]), ("Round", []), *add, ("Clip", [lo, hi]), *sub, ("Mul", [s])]
     nodes, value = [], x
     for i, (op, operands) in enumerate(steps):
         out = y if i == len(steps) - 1 else ed.fresh(f"{y}_t{i}")
