@@ -188,12 +188,12 @@ def _apply(ctx: _Context, plan: _Plan) -> Tuple[Node, Optional[Node]]:
     g, pad = adapter.linear_geometry(layer), None
     kernel_attr, bias_attr = adapter.kernel_attr(layer), adapter.bias_attr(layer)
     axes = adapter.kernel_axes(layer)
-    # the plan's layer is a dense / conv layer holding its kernel (checked where the plan is made)
-    assert g is not None and kernel_attr is not None and axes is not None
+    # the plan's layer is a dense / conv layer holding its kernel, with a bias attribute (checked where the plan is made)
+    assert g is not None and kernel_attr is not None and axes is not None and bias_attr is not None
     w = layer.weights[kernel_attr]
     out_axis = axes[0]
     absorbed = c * np.asarray(w, np.float64).sum(axis=tuple(i for i in range(w.ndim) if i != out_axis))
-    bias = None if bias_attr is None else layer.weights.get(bias_attr)
+    bias = layer.weights.get(bias_attr)
     new_bias = ((0.0 if bias is None else np.asarray(bias, np.float64)) - absorbed).astype(w.dtype)
     if g.kind == "conv" and g.has_padding and g.zero_padding:
         reader_of = graph.node(layer.inputs[0])
@@ -207,7 +207,6 @@ def _apply(ctx: _Context, plan: _Plan) -> Tuple[Node, Optional[Node]]:
     elif bias is None:
         adapter.set_linear_layer(layer, w, new_bias)
     else:
-        assert bias_attr is not None  # the bias was found under it
         layer.set_weight(bias_attr, new_bias)
     # 3. the activation's own output: kept quantized where the target needs it, else fused into the add
     if _needs_quantized_output(ctx):
