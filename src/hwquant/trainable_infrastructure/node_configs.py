@@ -84,7 +84,7 @@ def trainable_quantizer_classes(graph: Graph, kernel_attr: Callable[[Node], Opti
         raise InvalidConfigError(f"{what} cannot train every quantizer:\n  " + "\n  ".join(problems))
     for which, classes, (_, _, override) in (("weight", found[0], weights), ("activation", found[1], activations)):
         for cls in set(classes.values()):
-            accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "quantization_config")]
+            accepted = [p for p in inspect.signature(cls).parameters if p != "quantization_config"]
             unknown = sorted(set(override) - set(accepted))
             if unknown:
                 raise InvalidConfigError(f"{which} quantizer params override has {unknown}, which {cls.__name__} does "

@@ -14,6 +14,7 @@ a torch grid and a Keras one.
 from __future__ import annotations
 
 import math
+from enum import Enum
 from typing import Any, Dict, Optional, Sequence, Union
 
 import numpy as np
@@ -42,8 +43,10 @@ class TrainableQuantizerSpec:
 
     freeze_by_default = False
     learn_rounding = False
-    quantization_target: QuantizationTarget  # set by mark_quantizer
+    quantization_target: QuantizationTarget  # these three are set by mark_quantizer
     quantization_method: list
+    identifier: Enum
+    quantization_config: Any  # a TrainableConfig, checked by _validated
 
     def _set_config(self, quantization_config: Any, freeze_quant_params: Optional[bool]) -> None:
         self.quantization_config = self._validated(quantization_config)
