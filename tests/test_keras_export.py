@@ -92,7 +92,7 @@ def _tflite_ops(path):
 @pytest.mark.parametrize("device", ["imx500", "tflite"])
 def test_tflite_int8_is_fully_integer_and_each_layer_within_one_step(device, tmp_path):
     """Every operation between the input QUANTIZE and the output DEQUANTIZE computes on int8 (weights
-    int8 per channel, biases int32), at a fixed batch with no shape operation, XNNPACK taking the graph
+    int8 per channel, biases int32), with no shape operation (the batch free, size 1), XNNPACK taking the graph
     whole; each quantized tensor within one step of the simulated layer fed the file's own inputs."""
     from hwquant.keras.tflite_int8 import layer_parity
 

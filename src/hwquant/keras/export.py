@@ -6,7 +6,8 @@
                           layers holding the quantized weights); the activation holders stay
     TFLITE + FAKELY_QUANT the model converted by TensorFlow's converter (Keras' TensorFlow backend):
                           float operations computing the fake quantization
-    TFLITE + INT8         a fully integer graph at batch 1 with hwquant's scales (tflite_int8.py)
+    TFLITE + INT8         a fully integer graph with hwquant's scales (tflite_int8.py); its batch is free
+                          (`interpreter.resize_tensor_input` runs any batch), or fixed with `batch_size=n`
     ONNX + FAKELY_QUANT   Keras' own ONNX export (torch.onnx on the torch backend, tf2onnx on TensorFlow):
                           the quantizers as the float operations they compute (Div, Round, Clip, Mul)
 Files are written whole or not at all.
@@ -60,17 +61,23 @@ def _export_onnx(model: Any, tmp: str) -> None:
 
 
 def keras_export_model(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
-                       serialization_format: Any = KSF.KERAS, quantization_format: Any = QF.MCTQ) -> Path:
+                       serialization_format: Any = KSF.KERAS, quantization_format: Any = QF.MCTQ, *,
+                       batch_size: Optional[int] = None) -> Path:
     """Export a Keras model quantized by hwquant; returns the path written (see the module docstring).
+    ``batch_size`` (TFLITE + INT8 only, keyword): None leaves the file's batch free (resizable), n fixes it.
     Keras calls take turns (concurrency.KERAS_LOCK)."""
     with KERAS_LOCK:
-        return _export(model, save_model_path, is_layer_exportable_fn, serialization_format, quantization_format)
+        return _export(model, save_model_path, is_layer_exportable_fn, serialization_format, quantization_format,
+                       batch_size)
 
 
 def _export(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[Callable[[Any], bool]],
-            serialization_format: Any, quantization_format: Any) -> Path:
+            serialization_format: Any, quantization_format: Any, batch_size: Optional[int] = None) -> Path:
     serialization = as_format(serialization_format, KSF, "serialization_format")
     quantization = as_format(quantization_format, QF, "quantization_format")
+    if batch_size is not None and (serialization, quantization) != (KSF.TFLITE, QF.INT8):
+        raise ExportError(f"batch_size applies to the TFLITE INT8 file only, not to {serialization.name} "
+                          f"{quantization.name}; leave it None")
     if quantization not in SUPPORTED[serialization]:
         raise ExportError(f"{serialization.name} export does not support quantization_format={quantization.name}; "
                           f"use {' or '.join(q.name for q in SUPPORTED[serialization])}"
@@ -104,7 +111,7 @@ def _export(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[C
     if quantization == QF.INT8:
         from hwquant.keras.tflite_int8 import int8_tflite
 
-        atomic_write(path, int8_tflite(model))
+        atomic_write(path, int8_tflite(model, batch_size))
         return path
     import tensorflow as tf
 

@@ -1,8 +1,8 @@
 """TFLite INT8: a fully integer TFLite graph from a quantized Keras model (Keras' TensorFlow backend).
 
 TensorFlow's converter turns a fake-quant op into the quantization parameters of the tensor it
-produces (its quantization-aware path). So the model is rebuilt, at a fixed batch, with each hwquant
-quantizer written as that op on exactly hwquant's grid:
+produces (its quantization-aware path). So the model is rebuilt with each hwquant quantizer written
+as that op on exactly hwquant's grid:
 
 - an activation holder -> FakeQuantWithMinMaxVars over the 8-bit grid's [smallest, largest] value
   (the converter reads back the same scale and zero point);
@@ -12,16 +12,20 @@ quantizer written as that op on exactly hwquant's grid:
 - a per-channel Dense -> a 1x1 convolution between two static reshapes (TFLite's FULLY_CONNECTED
   takes a per-tensor kernel only: the converter refuses per-channel scales there).
 
-A fixed batch leaves no shape operations behind, so the XNNPACK delegate takes the graph whole. The
-file is then checked: every operation between the input QUANTIZE and the output DEQUANTIZE computes on
-integers, otherwise the export fails and says which operations stayed float.
+The batch: by default the file's batch dimension is left free (shape signature -1, size 1 until
+resized): `interpreter.resize_tensor_input(index, (n, ...))` then runs any batch, as MCT's files do. The
+reshapes of the rebuilt model name their batch as -1 (a Dense's, and Flatten / Reshape layers', which
+Keras would otherwise compute from a SHAPE operation), so the graph holds no shape operations and the
+XNNPACK delegate still takes it whole. `batch_size=n` fixes the batch at n instead (the file's input is
+then (n, ...) and stays so). The file is then checked: every operation between the input QUANTIZE and the
+output DEQUANTIZE computes on integers, otherwise the export fails and says which operations stayed float.
 """
 from __future__ import annotations
 
 import contextlib
 import io
 import warnings
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import keras
 import numpy as np
@@ -115,10 +119,10 @@ class _IntegerKernelLayer(keras.layers.Layer):
 
         inner = self.inner
         if isinstance(inner, keras.layers.Dense):
-            shape = tuple(x.shape)  # fixed batch: every dimension is known
-            rows = int(np.prod(shape[1:-1], dtype=np.int64))
+            shape = tuple(x.shape)[1:]  # every dimension but the batch is known; the batch: -1 (no SHAPE operation)
+            rows = int(np.prod(shape[:-1], dtype=np.int64))
             kernel = self._quantized(self.kernel.reshape((1, 1) + self.kernel.shape))
-            y = tf.nn.conv2d(tf.reshape(x, (shape[0], 1, rows, shape[-1])), kernel, 1, "VALID")
+            y = tf.nn.conv2d(tf.reshape(x, (-1, 1, rows, shape[-1])), kernel, 1, "VALID")
         else:
             strides = (1,) + tuple(inner.strides) + (1,)
             padding = inner.padding.upper()
@@ -132,11 +136,36 @@ class _IntegerKernelLayer(keras.layers.Layer):
             y = tf.nn.bias_add(y, tf.constant(self.bias))
         y = inner.activation(y)
         if isinstance(inner, keras.layers.Dense):
-            y = tf.reshape(y, shape[:-1] + (self.kernel.shape[-1],))
+            y = tf.reshape(y, (-1,) + shape[:-1] + (self.kernel.shape[-1],))
         return y
 
 
-def _integer_model(model: Any, batch_size: int) -> Any:
+class _BatchFreeReshape(keras.layers.Layer):
+    """A Flatten / Reshape layer as one reshape to a constant shape whose batch is -1: Keras' own reads the
+    batch size from a SHAPE operation when the batch is free, which the XNNPACK delegate does not take."""
+
+    def __init__(self, layer: Any):
+        super().__init__(name=layer.name)
+        self.target = None if isinstance(layer, keras.layers.Flatten) else tuple(layer.target_shape)
+
+    def call(self, x):
+        import tensorflow as tf
+
+        size = int(np.prod(tuple(x.shape)[1:], dtype=np.int64))  # per sample: every dimension but the batch is known
+        if self.target is None:
+            return tf.reshape(x, (-1, size))
+        known = int(np.prod([d for d in self.target if d != -1], dtype=np.int64))
+        return tf.reshape(x, (-1,) + tuple(size // known if d == -1 else int(d) for d in self.target))
+
+
+def _batch_free_reshape(layer: Any) -> bool:
+    """A Flatten (channels last: no transpose) or a Reshape, which _BatchFreeReshape computes alike."""
+    if isinstance(layer, keras.layers.Flatten):
+        return getattr(layer, "data_format", "channels_last") == "channels_last"
+    return isinstance(layer, keras.layers.Reshape)
+
+
+def _integer_model(model: Any, batch_size: Optional[int]) -> Any:
     float_kernels = [layer.name for layer in model.layers if layer.weights and not isinstance(
         layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder))]
     if float_kernels:
@@ -151,6 +180,8 @@ def _integer_model(model: Any, batch_size: int) -> Any:
             return _FakeQuantActivation(layer, tie_break=layer.name in several_inputs)
         if isinstance(layer, KerasQuantizationWrapper):
             return _IntegerKernelLayer(layer)
+        if _batch_free_reshape(layer):
+            return _BatchFreeReshape(layer)
         return layer
 
     inputs = [keras.Input(batch_shape=(batch_size,) + tuple(t.shape[1:]), dtype=t.dtype, name=t.name.split(":")[0])
@@ -187,10 +218,23 @@ def float_operations(tflite: bytes) -> List[str]:
     return out
 
 
-def int8_tflite(model: Any, batch_size: int = 1) -> bytes:
+def check_batch_size(batch_size: Any) -> Optional[int]:
+    """None (a free batch: the file resizes) or a positive int (a fixed batch); anything else refused."""
+    if batch_size is None:
+        return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ExportError(f"batch_size must be a positive int (a fixed batch) or None (a free batch the file resizes "
+                          f"to), got {batch_size!r}")
+    return int(batch_size)
+
+
+def int8_tflite(model: Any, batch_size: Optional[int] = None) -> bytes:
     """The fully integer TFLite flatbuffer of a quantized Keras model (float input / output, quantized at
-    the edges), at a fixed batch."""
+    the edges). ``batch_size`` None: a free batch (the input's shape signature is -1, its size 1 until
+    ``interpreter.resize_tensor_input``); an int: that batch, fixed."""
     import tensorflow as tf
+
+    batch_size = check_batch_size(batch_size)
 
     converter = tf.lite.TFLiteConverter.from_keras_model(_integer_model(model, batch_size))
     converter.optimizations = [tf.lite.Optimize.DEFAULT]
