@@ -112,3 +112,43 @@ class GradientPTQConfig(ValidatedConfig):
     _hessian = field_validator("hessian_weights_config", mode="before")(_instance_or_none(GPTQHessianScoresConfig))
     _gradual = field_validator("gradual_activation_quantization_config", mode="before")(
         _instance_or_none(GradualActivationQuantizationConfig))
+
+
+# MCT 2.6's defaults of get_pytorch_gptq_config / get_keras_gptq_config
+LR_DEFAULT = 3e-2        # the rounding variables
+LR_REST_DEFAULT = 1e-4   # the quantizers' other parameters
+LR_BIAS_DEFAULT = 1e-4
+BIAS_MOMENTUM = 0.9
+REG_DEFAULT = 0.01       # rounding regulariser factor, loss without sample-layer attention
+REG_DEFAULT_SLA = 10.0   # ... with sample-layer attention (its loss is on another scale)
+HESSIAN_NUM_SAMPLES = 256
+
+
+def gptq_config_with_defaults(n_epochs: int, optimizer: Any, optimizer_rest: Any, optimizer_bias: Any, loss: Any,
+                              log_function: Any, use_hessian_based_weights: bool, regularization_factor: Optional[float],
+                              hessian_batch_size: int, use_hessian_sample_attention: bool,
+                              gradual_activation_quantization: Any) -> GradientPTQConfig:
+    """The GradientPTQConfig that ``get_<framework>_gptq_config`` returns, once the framework has chosen
+    (and checked) the optimizers: Hessian-based loss weights, per sample (sample-layer attention) by
+    default; gradual activation quantization on by default; the regulariser factor of the chosen loss."""
+    if use_hessian_sample_attention and not use_hessian_based_weights:
+        raise ValueError("use_hessian_sample_attention=True needs use_hessian_based_weights=True "
+                         "(sample-layer attention is a Hessian-based weighting)")
+    if isinstance(gradual_activation_quantization, bool):
+        gradual = GradualActivationQuantizationConfig() if gradual_activation_quantization else None
+    elif isinstance(gradual_activation_quantization, GradualActivationQuantizationConfig):
+        gradual = gradual_activation_quantization
+    else:
+        raise TypeError(f"gradual_activation_quantization must be a bool or a GradualActivationQuantizationConfig, "
+                        f"got {type(gradual_activation_quantization).__name__}")
+    hessian = None
+    if use_hessian_based_weights:
+        hessian = GPTQHessianScoresConfig(per_sample=use_hessian_sample_attention,
+                                          hessians_num_samples=None if use_hessian_sample_attention else HESSIAN_NUM_SAMPLES,
+                                          hessian_batch_size=hessian_batch_size)
+    if regularization_factor is None:
+        regularization_factor = REG_DEFAULT_SLA if use_hessian_sample_attention else REG_DEFAULT
+    return GradientPTQConfig(
+        n_epochs=n_epochs, loss=loss, optimizer=optimizer, optimizer_rest=optimizer_rest, train_bias=True,
+        hessian_weights_config=hessian, gradual_activation_quantization_config=gradual,
+        regularization_factor=regularization_factor, log_function=log_function, optimizer_bias=optimizer_bias)

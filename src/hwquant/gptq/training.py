@@ -90,6 +90,12 @@ class GPTQBackend(ABC):
         bias correction for ``layers``; returns what was chosen and why."""
 
 
+def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:
+    """Write the learned kernels into ``graph``'s layers."""
+    for name, kernel in kernels.items():
+        graph.node(name).set_weight(adapter.kernel_attr(graph.node(name)), kernel)
+
+
 def interest_point(layer: Node) -> str:
     """The node whose output is ``layer``'s interest point: the end of its fused group, else itself."""
     return layer.fused_into or layer.name

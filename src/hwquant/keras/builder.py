@@ -50,12 +50,15 @@ def set_layer_weights(layer: Any, weights: Dict[Any, Any]) -> None:
     layer.set_weights(values)
 
 
-def build_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Optional[Blocks] = None) -> Any:
+def build_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Optional[Blocks] = None,
+                extra_outputs_unquantized: bool = False) -> Any:
     """The Keras functional model of `graph`, float unless `blocks` quantize it. ``extra_outputs``: node
-    names whose tensors the model also returns, as ``(outputs, [extra tensors])``."""
+    names whose tensors the model also returns, as ``(outputs, [extra tensors])``; with
+    ``extra_outputs_unquantized``, those tensors before their activation quantizers (GPTQ's interest points)."""
     import keras
 
     tensors: Dict[str, Any] = {}
+    unquantized: Dict[str, Any] = {}
     inputs = []
     for node in graph:
         if node.kind == NodeKind.INPUT:
@@ -74,8 +77,9 @@ def build_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Optiona
                     set_layer_weights(layer, blocks.weights(node) if blocks else node.weights)
             else:
                 out = node.call_target(*args, **kwargs)
+        unquantized[node.name] = out
         tensors[node.name] = blocks.after(node, out) if blocks else out
     outputs = map_structure(graph.outputs, lambda name: tensors[name])
     if extra_outputs:
-        outputs = (outputs, [tensors[n] for n in extra_outputs])
+        outputs = (outputs, [(unquantized if extra_outputs_unquantized else tensors)[n] for n in extra_outputs])
     return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=graph.name)

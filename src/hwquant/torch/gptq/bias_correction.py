@@ -19,15 +19,10 @@ import torch
 from torch import nn
 
 from hwquant.core.graph import Graph
-from hwquant.gptq.training import AnalyticCorrection
+from hwquant.gptq.training import AnalyticCorrection, install_kernels
 from hwquant.torch.builder import build_module
 from hwquant.torch.output_error import error_and_energy, flat_tensors
 from hwquant.torch.output_mean_correction import FakeQuantizers, channel_axis, channel_means, correct_output_means
-
-
-def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:
-    for name, kernel in kernels.items():
-        graph.node(name).set_weight(adapter.kernel_attr(graph.node(name)), kernel)
 
 
 def _batches(samples: Sequence[torch.Tensor], batch_size: int) -> List[List[torch.Tensor]]:

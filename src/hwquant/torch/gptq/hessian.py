@@ -1,37 +1,14 @@
-"""Hessian-based scores of the GPTQ interest points, for PyTorch.
-
-The score of an activation ``a`` for one sample approximates the trace of the Gauss-Newton Hessian of
-the model output ``y`` with respect to ``a``: ``E_v ||J^T v||^2`` with ``J = dy/da`` and Rademacher
-vectors ``v`` (Hutchinson's estimator): how much an error at ``a`` moves the output. One backward
-pass per random vector gives the vector-Jacobian products of every interest point at once.
-
-Per point and sample: the sum over the tensor (``per_channel=False``), or, for sample-layer attention,
-the largest over channels of the mean over the other axes (``per_channel=True``).
-"""
+"""Hessian-based scores of the GPTQ interest points, for PyTorch: the vector-Jacobian products of
+Hutchinson's estimator on the device, scored by gptq/hessian.py (what they estimate is said there)."""
 from __future__ import annotations
 
 from typing import Iterable, Sequence
 
 import torch
 
+from hwquant.gptq.hessian import HESSIAN_ITERATIONS, vjp_scores
 from hwquant.logger import progress
 from hwquant.torch.output_error import flat_tensors
-
-HESSIAN_ITERATIONS = 32  # random vectors per batch (the estimate's relative spread falls as 1 / sqrt)
-
-
-def _score(g: torch.Tensor, channel_axis: int, per_channel: bool) -> torch.Tensor:
-    g2 = g.detach().float().pow(2)
-    if g2.dim() == 1:
-        return g2
-    if not per_channel:
-        return g2.flatten(1).sum(1)
-    axis = channel_axis % g2.dim()
-    if axis == 0:
-        return g2.flatten(1).max(1).values
-    g2 = g2.movedim(axis, 1)
-    g2 = g2.flatten(2).mean(2) if g2.dim() > 2 else g2  # (batch, channels)
-    return g2.max(1).values
 
 
 def activation_hessian_scores(model: torch.nn.Module, batches: Iterable[Sequence[torch.Tensor]],
@@ -54,6 +31,6 @@ def activation_hessian_scores(model: torch.nn.Module, batches: Iterable[Sequence
                 grads = torch.autograd.grad((out * v).sum(), points, retain_graph=True, allow_unused=True)
                 for i, (g, axis) in enumerate(zip(grads, channel_axes)):
                     if g is not None:  # a point the output does not depend on scores 0
-                        total[:, i] += _score(g, axis, per_channel)
+                        total[:, i] += torch.from_numpy(vjp_scores(g.detach().float().cpu().numpy(), axis, per_channel)).to(total)
         scores.append(total / iterations)
     return torch.cat(scores)

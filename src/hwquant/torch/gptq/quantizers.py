@@ -26,13 +26,12 @@ from torch import nn
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType
+from hwquant.gptq.soft_rounding import SOFT_ROUNDING_GAMMA, SOFT_ROUNDING_ZETA
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
 from hwquant.torch.trainable.quantizers import _SYMMETRIC, _UNIFORM, TrainableAffineQuantizer
 from hwquant.trainable_infrastructure.common import QuantizationTarget, VariableGroup, mark_quantizer
 
-SOFT_ROUNDING_GAMMA = -0.1  # the rectified sigmoid's stretch (AdaRound's values)
-SOFT_ROUNDING_ZETA = 1.1
 
 
 class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):

@@ -1,0 +1,75 @@
+"""`mct.gptq.keras_gradient_post_training_quantization`: post-training quantization, then GPTQ."""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+
+from hwquant.concurrency import KERAS_LOCK
+from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.facade_common import debug_bypass, user_information
+from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.passes.bias_correction import apply_bias_correction
+from hwquant.errors import InvalidConfigError
+from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.training import gptq_train, training_batch_size
+from hwquant.keras.data import KerasRepresentativeData
+from hwquant.keras.facade import run_keras_ptq
+
+log = logging.getLogger("hwquant.gptq")
+
+
+def keras_gradient_post_training_quantization(
+        in_model: Any, representative_data_gen: Callable[[], Any], gptq_config: Optional[GradientPTQConfig] = None,
+        gptq_representative_data_gen: Optional[Callable[[], Any]] = None,
+        target_resource_utilization: Optional[ResourceUtilization] = None, core_config: CoreConfig = CoreConfig(),
+        target_platform_capabilities: Any = None) -> Tuple[Any, Optional[UserInformation]]:
+    """Quantize a Keras 3 model with post-training quantization, then optimise the rounding of every
+    quantized kernel (and its bias) so that the quantized model's activations follow the float model's on
+    ``gptq_representative_data_gen`` (default: ``representative_data_gen``); no labels are needed. The
+    training loop is PyTorch's (gptq/training.py); gradients on Keras' torch and TensorFlow backends.
+
+    ``gptq_config`` None runs post-training quantization only; get one from
+    :func:`hwquant.gptq.get_keras_gptq_config`.
+
+    Returns:
+        (quantized keras.Model, UserInformation with ``gptq_info_dict``), the model as post-training
+        quantization returns it (saves, exports).
+    """
+    from hwquant.keras.gptq.training import KerasGPTQBackend
+
+    if debug_bypass(core_config):
+        return in_model, None
+    if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
+        raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.get_keras_gptq_config(n_epochs)) "
+                                 f"or None, got {type(gptq_config).__name__}")
+    if gptq_representative_data_gen is not None and not callable(gptq_representative_data_gen):
+        raise InvalidConfigError(f"gptq_representative_data_gen must be a function returning an iterable of batches "
+                                 f"or None, got {type(gptq_representative_data_gen).__name__}")
+    start = time.perf_counter()
+    info_dict = {}
+    with KERAS_LOCK:
+        state, data = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
+                                    target_platform_capabilities, keep_float_graph=gptq_config is not None)
+        adapter = state.adapter
+        if gptq_config is None:
+            log.info("no gptq_config: post-training quantization only")
+        else:
+            batches = list(KerasRepresentativeData(gptq_representative_data_gen or representative_data_gen,
+                                                   n_inputs=data.n_inputs))
+            batch_size = training_batch_size(batches)
+            samples = [np.concatenate([b[k] for b in batches]) for k in range(len(batches[0]))]
+            info_dict = gptq_train(state.float_graph, KerasGPTQBackend(adapter), gptq_config, samples, batch_size,
+                                   analytic_correction=lambda graph, kernels: apply_bias_correction(
+                                       graph, adapter, state.statistics, quantized_kernels=kernels))
+            state.graph, state.float_graph = state.float_graph, None
+            state.report.bias_corrected = len(info_dict["bias_corrected"])
+        model = adapter.build(state.graph, quantized=True)
+    model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras",
+                                                   "gptq" if gptq_config is not None else "ptq")
+    info = user_information(state, adapter)
+    info.gptq_info_dict = info_dict
+    log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
+    return model, info
