@@ -155,6 +155,11 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         connected layer's kernel does (a recurrent layer's input and recurrent kernels, an embedding
         table: a one-hot product), each with its output-channel axis; {} for any other node."""
 
+    def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
+        """(min, max) the node's operator bounds its output to (softmax, sigmoid (0, 1); tanh (-1, 1); None
+        on an unbounded side), from the FrameworkInfo's layer / activation min-max mappings; None when
+        unknown. Activation thresholds then span it (core/params.py): no statistic narrows a known range."""
+
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
                            quantized: bool = False) -> int:
         """Run the model of `graph` on `data` and add each batch of every node named in `statistics`

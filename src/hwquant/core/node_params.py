@@ -3,7 +3,7 @@ steps the pipeline and the graph corrections (core/passes) share. Both import th
 neither, so the passes need no late imports of the pipeline."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,9 +42,11 @@ def _fixed_range(cfg) -> Dict[str, float]:
 
 
 def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics,
-                          value_map: Optional[ValueMap] = None) -> None:
+                          value_map: Optional[ValueMap] = None,
+                          output_range: Optional[Tuple[Optional[float], Optional[float]]] = None) -> None:
     """The activation's quantization parameters from its statistics; ``value_map``: the element-wise
-    function its readers apply, to judge the error after it (core/consumer_error.py)."""
+    function its readers apply, to judge the error after it (core/consumer_error.py); ``output_range``:
+    the range its operator bounds it to (the adapter's ``output_range``), which no statistic narrows."""
     a = config.activation_quantization_cfg
     if not a.quantized:
         return
@@ -55,7 +57,7 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
     a.activation_quantization_params = activation_quantization_params(
         a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,
         signedness=a.signedness, min_threshold=a.min_threshold, l_p_value=a.l_p_value, z_threshold=a.z_threshold,
-        value_map=value_map, pot_clip_tolerance=a.pot_clip_tolerance)
+        value_map=value_map, pot_clip_tolerance=a.pot_clip_tolerance, output_range=output_range)
 
 
 def set_weights_params(config: NodeQuantizationConfig, weights: Dict[Any, np.ndarray],

@@ -424,7 +424,8 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
                                    l_p_value: int = 2, z_threshold: float = math.inf,
                                    lut_values_bitwidth: int = LUT_VALUES_BITWIDTH,
                                    value_map: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-                                   pot_clip_tolerance: float = 0.0) -> dict:
+                                   pot_clip_tolerance: float = 0.0,
+                                   output_range: Optional[Tuple[Optional[float], Optional[float]]] = None) -> dict:
     """Quantization params of an activation from its collected statistics (histogram).
 
     Returns POWER_OF_TWO / SYMMETRIC: ``{THRESHOLD: float, SIGNED: bool}``; UNIFORM:
@@ -441,7 +442,17 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     MSE / MAE / LP errors compare f(x) with f(q(x)), the values the tensor's reader passes on
     (core/consumer_error.py); KL and NOCLIPPING ignore it. ``pot_clip_tolerance`` (NOCLIPPING,
     POWER_OF_TWO): take the power of two below the no-clipping one when its largest grid value is
-    within this fraction of the largest magnitude. Raises ValueError on empty statistics.
+    within this fraction of the largest magnitude.
+
+    ``output_range`` (min, max): the range the node's operator bounds its output to (softmax and
+    sigmoid [0, 1], tanh [-1, 1]: the FrameworkInfo's min/max mappings, read by the adapter's
+    ``output_range``). When both ends are known the range is not a statistic: no outlier removal
+    (``z_threshold``) and no error-method search may cut it (a softmax's top probabilities are its
+    rare largest values, which both would clip). The grid then spans the known range, as MCT's bounded
+    outputs: threshold max(|min|, |max|) (a power of two: rounded up; the top grid value is one step
+    below it, so 1.0 reads 255/256 at 8 bits), UNIFORM [min, max]; Signedness.AUTO gives a signed grid
+    when min < 0. A range with an unknown end (ReLU's (0, None)) changes nothing. Raises ValueError on
+    empty statistics.
     """
     method, n_bits, error_method, min_threshold, l_p_value = _check_common(
         method, n_bits, error_method, min_threshold, l_p_value)
@@ -452,13 +463,18 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
         raise ValueError("no activation statistics were collected (the tensor was never seen)")
     if not (isinstance(z_threshold, (int, float, np.floating)) and z_threshold > 0):
         raise ValueError(f"z_threshold must be > 0 (inf disables outlier removal), got {z_threshold!r}")
-    if math.isinf(z_threshold):
+    bounds = _known_range(output_range)
+    if bounds is not None:  # the operator's range: no statistic narrows it
+        lo, hi = bounds
+        edges, counts = stats.histogram()
+    elif math.isinf(z_threshold):
         lo, hi = stats.min, stats.max
         edges, counts = stats.histogram()
     else:
         lo, hi = stats.z_score_range(z_threshold)
         edges, counts = stats.histogram_within(lo, hi)
-    signed = stats.min < 0 if signedness == Signedness.AUTO else signedness == Signedness.SIGNED
+    signed = (lo if bounds is not None else stats.min) < 0 if signedness == Signedness.AUTO \
+        else signedness == Signedness.SIGNED
     keep = counts > 0
     # bin centres stand for the values; the exact extremes bound them (a constant tensor is exact)
     c = np.clip(0.5 * (edges[:-1] + edges[1:]), lo, hi)[keep][None, :]
@@ -475,9 +491,11 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
         out[SIGNED] = bool(signed)
         return out
 
-    scorer = _histogram_scorer(error_method, l_p_value, c, h, value_map)
     lo0 = np.array([0.0 if signedness == Signedness.UNSIGNED else min(lo, 0.0)])
     hi0 = np.array([max(hi, 0.0)])
+    if bounds is not None:
+        return _bounded_output_params(method, n_bits, signed, float(lo0[0]), float(hi0[0]), min_threshold)
+    scorer = _histogram_scorer(error_method, l_p_value, c, h, value_map)
     out = _finish(_select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshold, _ACT),
                   n_bits, per_channel=False)
     if pot_clip_tolerance > 0 and method == QuantizationMethod.POWER_OF_TWO \
@@ -489,6 +507,30 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     if method != QuantizationMethod.UNIFORM:
         out[SIGNED] = bool(signed)
     return out
+
+
+def _known_range(output_range) -> Optional[Tuple[float, float]]:
+    """(min, max) of an operator's output range when both ends are known and finite, else None."""
+    if output_range is None:
+        return None
+    if not (isinstance(output_range, (tuple, list)) and len(output_range) == 2):
+        raise ValueError(f"output_range must be a (min, max) pair, got {output_range!r}")
+    lo, hi = output_range
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    if lo > hi:
+        raise ValueError(f"output_range {output_range!r}: min must be <= max")
+    return float(lo), float(hi)
+
+
+def _bounded_output_params(method, n_bits: int, signed: bool, lo: float, hi: float, min_threshold: float) -> dict:
+    """The grid of an output whose operator bounds it to [lo, hi] (lo <= 0 <= hi): it spans the range."""
+    if method == QuantizationMethod.UNIFORM:
+        return _finish({RANGE_MIN: np.array([lo]), RANGE_MAX: np.array([hi])}, n_bits, per_channel=False)
+    t = max(abs(lo) if signed else 0.0, hi, min_threshold)
+    if method == QuantizationMethod.POWER_OF_TWO:
+        t = float(power_of_two_threshold(np.array([t]), min_threshold)[0])
+    return {THRESHOLD: float(t), SIGNED: bool(signed)}
 
 
 def _histogram_scorer(error_method, l_p_value, c: np.ndarray, h: Optional[np.ndarray], value_map=None):

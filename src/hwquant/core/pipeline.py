@@ -92,10 +92,12 @@ def compute_parameters(state: PipelineState, all_candidates: bool = False) -> No
         configs = list(node.candidates) if all_candidates else []
         if node.final_config is not None:
             configs.append(node.final_config)
-        value_map = consumer_value_map(state.graph, state.adapter, node) if node.name in state.statistics else None
+        observed = node.name in state.statistics
+        value_map = consumer_value_map(state.graph, state.adapter, node) if observed else None
+        bounds = state.adapter.output_range(node) if observed else None
         for cfg in configs:
-            if node.name in state.statistics:
-                set_activation_params(cfg, state.statistics[node.name], value_map)
+            if observed:
+                set_activation_params(cfg, state.statistics[node.name], value_map, bounds)
             set_weights_params(cfg, node.weights)
 
 

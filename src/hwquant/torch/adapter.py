@@ -31,11 +31,18 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
     # (output-channel axis, input-channel axis) of each kernel
     kernel_channels_mapping=DefaultDict({**{c: (0, 1) for c in _CONVS}, **{c: (1, 0) for c in _TRANSPOSED},
                                          nn.Linear: (0, 1)}, None),
-    activation_min_max_mapping={"relu": (0, None), "relu6": (0, 6), "sigmoid": (0, 1), "tanh": (-1, 1),
+    # Output ranges (min, max). A range known at both ends fixes the activation's grid (core/params.py): the
+    # squashing functions'. ReLU6 is given as (0, None), as in MCT: its cap is a clip whose threshold is better
+    # searched (fixing [0, 6], threshold 8, cost MobileNetV2 1.3 dB). Modules, functions and tensor methods (a
+    # method node's type is the torch.Tensor method).
+    activation_min_max_mapping={"relu": (0, None), "relu6": (0, None), "sigmoid": (0, 1), "tanh": (-1, 1),
                                 "softmax": (0, 1), "hardsigmoid": (0, 1)},
-    layer_min_max_mapping={nn.ReLU: (0, None), nn.ReLU6: (0, 6), nn.Sigmoid: (0, 1), nn.Tanh: (-1, 1),
+    layer_min_max_mapping={nn.ReLU: (0, None), nn.ReLU6: (0, None), nn.Sigmoid: (0, 1), nn.Tanh: (-1, 1),
                            nn.Softmax: (0, 1), nn.Hardsigmoid: (0, 1), torch.relu: (0, None), F.relu: (0, None),
-                           F.relu6: (0, 6), torch.sigmoid: (0, 1), torch.tanh: (-1, 1), F.softmax: (0, 1)},
+                           F.relu6: (0, None), torch.sigmoid: (0, 1), F.sigmoid: (0, 1), torch.tanh: (-1, 1),
+                           F.tanh: (-1, 1), F.softmax: (0, 1), torch.softmax: (0, 1), F.hardsigmoid: (0, 1),
+                           torch.Tensor.relu: (0, None), torch.Tensor.sigmoid: (0, 1), torch.Tensor.tanh: (-1, 1),
+                           torch.Tensor.softmax: (0, 1)},
     kernel_ops_attributes_mapping=DefaultDict({c: ["weight"] for c in (*_CONVS, *_TRANSPOSED, nn.Linear)}, [None]),
     # activations are channels-first, except a Linear's (last axis)
     out_channel_axis_mapping=DefaultDict({nn.Linear: -1}, 1),
@@ -62,6 +69,15 @@ class PytorchAdapter(PytorchCorrectionFacts):
         n = w["running_mean"].shape[0]
         return BatchNormParams(gamma=w.get("weight", np.ones(n, np.float32)), beta=w.get("bias", np.zeros(n, np.float32)),
                                mean=w["running_mean"], var=w["running_var"], eps=float(node.call_target.eps))
+
+    def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
+        if node.kind not in (NodeKind.MODULE, NodeKind.FUNCTION, NodeKind.METHOD):
+            return None
+        try:
+            known = self.fw_info.layers_has_min_max(node.type)
+        except TypeError:  # an unhashable node type
+            return None
+        return self.fw_info.get_layer_min_max(node.type) if known else None
 
     def kernel_axes(self, node: Node) -> Optional[Tuple[int, int]]:
         if node.kind != NodeKind.MODULE or "weight" not in node.weights:
