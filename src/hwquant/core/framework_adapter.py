@@ -155,6 +155,10 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         connected layer's kernel does (a recurrent layer's input and recurrent kernels, an embedding
         table: a one-hot product), each with its output-channel axis; {} for any other node."""
 
+    def is_zero_padding(self, node: Node) -> bool:
+        """Whether the node only pads its input with zeros (Keras' ZeroPadding2D, torch's ZeroPad2d or F.pad
+        with value 0): resource figures count one read by a convolution as that convolution's padding."""
+
     def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
         """(min, max) the node's operator bounds its output to (softmax, sigmoid (0, 1); tanh (-1, 1); None
         on an unbounded side), from the FrameworkInfo's layer / activation min-max mappings; None when

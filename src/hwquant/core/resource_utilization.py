@@ -12,13 +12,18 @@ bit-operations (BOPs), for the final configs or for any choice of candidates.
   32 bits behind an unquantized one). As in MCT, tensors neither quantized nor preserving (a
   reshape the IMX500 1.0 TPC leaves unquantized, a float layer's output) do not count: a float
   tensor at the peak would hide every activation bit width from an activation-memory target.
+  A zero padding read only by a layer with a kernel is that layer's padding (`padding_layers`): a
+  PyTorch convolution pads inside itself, where Keras computes the same network with a ZeroPadding2D
+  before a 'valid' convolution (keras.applications' stride-2 convolutions). It stores no tensor of its
+  own, its input lives until the layer's output is written, and the layer reads its input's bits
+  (BOPs), so both frameworks give the same figures for the same network.
 - Total memory: weights + activation memory.
 - BOPs: for each layer with a kernel, multiply-accumulates x kernel bits x input activation bits.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -59,15 +64,38 @@ def node_activation_bits(cfg: Optional[NodeQuantizationConfig]) -> int:
     return a.activation_n_bits if a is not None and a.enable_activation_quantization else FLOAT_BITWIDTH
 
 
-def bits_source(graph: Graph, node: Node) -> Node:
+def bits_source(graph: Graph, node: Node, paddings: Collection[str] = ()) -> Node:
     """The node whose config sets `node`'s output bits: itself, or for a quantization-preserving node
-    the source of its first input. A TPC marks such a node preserving with its activation quantization
-    disabled (MCT refuses both set), so the flag alone decides."""
-    while node.candidates and node.inputs:
-        if not node.candidates[0].activation_quantization_cfg.quantization_preserving:
-            break
+    (or a padding of its reader, ``paddings``: see `padding_layers`) the source of its first input. A TPC
+    marks such a node preserving with its activation quantization disabled (MCT refuses both set), so
+    the flag alone decides."""
+    while node.inputs and (node.name in paddings or node.candidates
+                           and node.candidates[0].activation_quantization_cfg.quantization_preserving):
         node = graph.node(node.inputs[0])
     return node
+
+
+def padding_layers(graph: Graph, is_zero_padding: Callable[[Node], bool],
+                   kernel_axes: Callable[[Node], Optional[tuple]]) -> Dict[str, str]:
+    """{zero padding: the layer it belongs to}: a zero padding whose only reader is a layer with a kernel
+    (a convolution), and which does not requantize (its output is its input's values and zeros: not quantized,
+    or quantization-preserving), is that layer's padding, as a PyTorch convolution holds it. Activation memory
+    and BOPs count it so (module docstring): the same network gives the same figures in either framework."""
+    readers: Dict[str, List[Node]] = {}
+    for node in graph:
+        for src in dict.fromkeys(node.inputs):
+            readers.setdefault(src, []).append(node)
+    outputs = set(graph.output_names())
+    out: Dict[str, str] = {}
+    for node in graph:
+        reads = readers.get(node.name, [])
+        if len(reads) != 1 or node.name in outputs or not is_zero_padding(node) \
+                or any(c.activation_quantization_cfg.quantized for c in node.candidates):
+            continue
+        layer = reads[0]
+        if layer.inputs[0] == node.name and kernel_axes(layer) is not None:
+            out[node.name] = layer.name
+    return out
 
 
 def counts_in_memory(node: Node) -> bool:
@@ -77,9 +105,9 @@ def counts_in_memory(node: Node) -> bool:
                or c.activation_quantization_cfg.quantization_preserving for c in node.candidates)
 
 
-def activation_bits(graph: Graph, config_of: ConfigOf) -> Dict[str, int]:
+def activation_bits(graph: Graph, config_of: ConfigOf, paddings: Collection[str] = ()) -> Dict[str, int]:
     """The bit width of each node's output tensor."""
-    return {node.name: node_activation_bits(config_of(bits_source(graph, node))) for node in graph}
+    return {node.name: node_activation_bits(config_of(bits_source(graph, node, paddings))) for node in graph}
 
 
 def node_weights_bytes(node: Node, cfg: Optional[NodeQuantizationConfig]) -> float:
@@ -97,18 +125,28 @@ def weights_memory(graph: Graph, config_of: ConfigOf) -> float:
     return sum(node_weights_bytes(node, config_of(node)) for node in graph)
 
 
-def live_sets(graph: Graph) -> List[List[Node]]:
+def live_sets(graph: Graph, paddings: Optional[Mapping[str, str]] = None) -> List[List[Node]]:
     """The activation tensors alive at each step of the execution schedule (topological order): a
     tensor lives from its producer until its last reader (model outputs until the end). Tensors
     inside a fused group (a convolution's output before its activation) are never stored; tensors
-    that are neither quantized nor preserving do not count (`counts_in_memory`)."""
+    that are neither quantized nor preserving do not count (`counts_in_memory`). ``paddings`` ({zero
+    padding: its layer}, `padding_layers`): each belongs to its layer's group (no tensor of its own, its
+    input alive until the group's output is written)."""
+    paddings = paddings or {}
     nodes = list(graph)
     position = {n.name: i for i, n in enumerate(nodes)}
     last_use = dict(position)
+
+    def group_end(n: Node, i: int) -> int:
+        if n.name in paddings:
+            layer = graph.node(paddings[n.name])
+            return group_end(layer, position[layer.name])
+        return position.get(n.fused_into, i) if n.fused_into else i
+
     for i, n in enumerate(nodes):
         # a fused group runs as one kernel: what its first node reads stays alive until its output is
         # written (MCT's cut at a Conv -> ReLU group holds the convolution's input and the ReLU's output)
-        end = position.get(n.fused_into, i) if n.fused_into else i
+        end = group_end(n, i)
         for src in n.inputs:
             last_use[src] = max(last_use[src], end)
     for out in graph.output_names():
@@ -116,7 +154,8 @@ def live_sets(graph: Graph) -> List[List[Node]]:
     live: Dict[str, Node] = {}
     steps = []
     for i, n in enumerate(nodes):
-        if n.kind != NodeKind.CONSTANT and n.fused_into in (None, n.name) and counts_in_memory(n):
+        if n.kind != NodeKind.CONSTANT and n.fused_into in (None, n.name) and n.name not in paddings \
+                and counts_in_memory(n):
             live[n.name] = n
         steps.append(list(live.values()))
         for name in [k for k in live if last_use[k] <= i]:
@@ -128,9 +167,10 @@ def activation_elements(node: Node) -> int:
     return _elements(node.output_shape)
 
 
-def activation_memory(graph: Graph, config_of: ConfigOf) -> float:
-    bits = activation_bits(graph, config_of)
-    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph)), default=0.0)
+def activation_memory(graph: Graph, config_of: ConfigOf, paddings: Optional[Mapping[str, str]] = None) -> float:
+    bits = activation_bits(graph, config_of, paddings or ())
+    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph, paddings)),
+               default=0.0)
 
 
 def kernel_macs(node: Node, kernel_axes: Callable[[Node], Optional[tuple]],
@@ -151,9 +191,10 @@ def kernel_bits(cfg: Optional[NodeQuantizationConfig], attr: str) -> int:
 
 
 def bops(graph: Graph, config_of: ConfigOf, kernel_axes: Callable[[Node], Optional[tuple]],
-         kernel_attr: Callable[[Node], Optional[str]]) -> float:
-    """Multiply-accumulates x kernel bits x input activation bits, over the layers with a kernel."""
-    bits = activation_bits(graph, config_of)
+         kernel_attr: Callable[[Node], Optional[str]], paddings: Collection[str] = ()) -> float:
+    """Multiply-accumulates x kernel bits x input activation bits, over the layers with a kernel (a layer
+    reading its padding reads the padding's input bits)."""
+    bits = activation_bits(graph, config_of, paddings)
     total = 0.0
     for node in graph:
         km = kernel_macs(node, kernel_axes, kernel_attr)
@@ -163,8 +204,10 @@ def bops(graph: Graph, config_of: ConfigOf, kernel_axes: Callable[[Node], Option
 
 
 def compute_resource_utilization(graph: Graph, config_of: ConfigOf, adapter) -> ResourceUtilization:
-    """All four figures; `adapter` (the framework adapter) says where kernels and their channels are."""
-    w, a = weights_memory(graph, config_of), activation_memory(graph, config_of)
-    b = bops(graph, config_of, adapter.kernel_axes, adapter.kernel_attr)
+    """All four figures; `adapter` (the framework adapter) says where kernels and their channels are, and
+    which nodes are zero paddings."""
+    paddings = padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)
+    w, a = weights_memory(graph, config_of), activation_memory(graph, config_of, paddings)
+    b = bops(graph, config_of, adapter.kernel_axes, adapter.kernel_attr, paddings)
     return ResourceUtilization(weights_memory=w, activation_memory=a, total_memory=w + a,
                                bops=b if math.isfinite(b) else math.inf)

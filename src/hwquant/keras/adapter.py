@@ -131,6 +131,9 @@ class KerasAdapter(KerasCorrectionFacts):
             return np.moveaxis(grouped, (0, 1), (rank - 2, rank - 1))
         return np.moveaxis(kernel, (0, 1), (rank - 1, rank - 2))
 
+    def is_zero_padding(self, node: Node) -> bool:
+        return node.kind == NodeKind.MODULE and node.type in (L.ZeroPadding1D, L.ZeroPadding2D, L.ZeroPadding3D)
+
     def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
         if node.kind == NodeKind.MODULE and node.type is L.Activation:
             name = node.framework_attr.get("activation")

@@ -70,6 +70,12 @@ class PytorchAdapter(PytorchCorrectionFacts):
         return BatchNormParams(gamma=w.get("weight", np.ones(n, np.float32)), beta=w.get("bias", np.zeros(n, np.float32)),
                                mean=w["running_mean"], var=w["running_var"], eps=float(node.call_target.eps))
 
+    def is_zero_padding(self, node: Node) -> bool:
+        if node.kind == NodeKind.MODULE:
+            m = node.call_target
+            return isinstance(m, nn.modules.padding._ConstantPadNd) and float(m.value) == 0.0
+        return node.kind == NodeKind.FUNCTION and node.type is F.pad and self.commutes_with_channel_scale(node)
+
     def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
         if node.kind not in (NodeKind.MODULE, NodeKind.FUNCTION, NodeKind.METHOD):
             return None

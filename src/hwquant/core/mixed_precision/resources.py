@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from hwquant.core.config import RUTarget
 from hwquant.core.graph import Graph, Node
 from hwquant.core.resource_utilization import (activation_elements, bits_source, kernel_bits, kernel_macs, live_sets,
-                                               node_activation_bits, node_weights_bytes)
+                                               node_activation_bits, node_weights_bytes, padding_layers)
 
 Var = Tuple[int, int]  # (configurable node index, candidate index)
 
@@ -48,18 +48,21 @@ class Row:
 class ResourceModel:
     """The rows of every resource figure over the configurable nodes' candidates."""
 
-    def __init__(self, graph: Graph, configurable: Sequence[Node], kernel_axes: Callable, kernel_attr: Callable):
+    def __init__(self, graph: Graph, configurable: Sequence[Node], kernel_axes: Callable, kernel_attr: Callable,
+                 is_zero_padding: Optional[Callable[[Node], bool]] = None):
+        """``is_zero_padding`` (the adapter's): zero paddings count as their layer's (resource_utilization.padding_layers)."""
         self.graph = graph
+        paddings = padding_layers(graph, is_zero_padding, kernel_axes) if is_zero_padding is not None else {}
         self.nodes = list(configurable)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         weights = Row()
         for node in graph:
             self._add(weights, node, lambda cfg, n=node: node_weights_bytes(n, cfg))
         activation = []
-        for step in live_sets(graph):
+        for step in live_sets(graph, paddings):
             row = Row()
             for node in step:
-                source = bits_source(graph, node)
+                source = bits_source(graph, node, paddings)
                 size = activation_elements(node) / 8
                 self._add(row, source, lambda cfg, s=size: s * node_activation_bits(cfg))
             activation.append(row)
@@ -67,7 +70,7 @@ class ResourceModel:
         for node in graph:
             km = kernel_macs(node, kernel_axes, kernel_attr)
             if km is not None:
-                self._add_product(bops, node, bits_source(graph, graph.node(node.inputs[0])), km[0], km[1])
+                self._add_product(bops, node, bits_source(graph, graph.node(node.inputs[0]), paddings), km[0], km[1])
         self.rows: Dict[RUTarget, List[Row]] = {RUTarget.WEIGHTS: [weights], RUTarget.ACTIVATION: activation,
                      RUTarget.TOTAL: [weights.plus(r) for r in activation] or [weights], RUTarget.BOPS: [bops]}
 

@@ -50,7 +50,7 @@ def select_mixed_precision(graph: Graph, adapter: FrameworkAdapter, mp: MixedPre
     targets = target.get_resource_utilization_dict(restricted_only=True)
     keep_base_bits(graph, target, adapter.kernel_attr)
     configurable = [n for n in graph if len(n.candidates) > 1]
-    model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr)
+    model = ResourceModel(graph, configurable, adapter.kernel_axes, adapter.kernel_attr, adapter.is_zero_padding)
     if not configurable:  # nothing to choose: the figures are fixed, and a target below them is refused too
         fixed = model.figures([])
         if any(fixed[t] > limit for t, limit in targets.items()):
