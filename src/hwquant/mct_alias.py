@@ -17,6 +17,11 @@ PROGRAM is a console script (`yolo`), a Python file, or `-m module`:
 
     YOLO_AUTOINSTALL=False python -m hwquant.mct_alias yolo export model=yolo11n.pt format=imx data=my.yaml
 
+mct-quantizers, the package MCT's quantized models are made of, is a dependency of hwquant and stays itself
+(hwquant's PyTorch model is built from its classes). One function of it is redirected while the alias is on:
+`mct_quantizers.keras_load_quantized_model` loads hwquant's quantized Keras 3 models, on any Keras backend
+(mct-quantizers' own reads TensorFlow 2.15 Keras models only, hwquant's Keras layers are hwquant's).
+
 Ultralytics checks the installed distribution `model-compression-toolkit` and, unless YOLO_AUTOINSTALL is
 False (or ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS is set), pip-installs the real MCT, whose dependencies can
 replace the installed torch. The launcher sets YOLO_AUTOINSTALL=False for the program it runs when neither
@@ -86,6 +91,75 @@ class _MctAliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 _finder = _MctAliasFinder()
 
+MCTQ = "mct_quantizers"
+# mct_quantizers' modules holding keras_load_quantized_model, and the function each held before enable()
+_MCTQ_LOADER_MODULES = (MCTQ, MCTQ + ".keras.load_model")
+_mctq_originals: dict = {}
+
+
+def keras_load_quantized_model(filepath, custom_objects=None, compile=True, options=None):
+    """`mct_quantizers.keras_load_quantized_model` while the alias is on: hwquant's loader
+    (`mct.keras_load_quantized_model`, MCT's signature)."""
+    return importlib.import_module("hwquant.keras.facade").keras_load_quantized_model(
+        filepath, custom_objects=custom_objects, compile=compile, options=options)
+
+
+def _redirect_mct_quantizers() -> None:
+    """Point the loaded mct_quantizers modules' keras_load_quantized_model to hwquant's."""
+    for name in _MCTQ_LOADER_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "keras_load_quantized_model", None) is not keras_load_quantized_model:
+            _mctq_originals.setdefault(name, getattr(module, "keras_load_quantized_model", None))
+            module.__dict__["keras_load_quantized_model"] = keras_load_quantized_model
+
+
+def _restore_mct_quantizers() -> None:
+    for name, original in _mctq_originals.items():
+        module = sys.modules.get(name)
+        if module is not None and original is not None:
+            module.__dict__["keras_load_quantized_model"] = original
+    _mctq_originals.clear()
+
+
+class _AfterExec(importlib.abc.Loader):
+    """mct_quantizers' own loader, then the redirection (the package loads as it always does)."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _redirect_mct_quantizers()
+
+    def __getattr__(self, name: str):
+        if name == "_loader":
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+
+class _MctQuantizersHook(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: when `mct_quantizers` is first imported with the alias on, it hands the
+    package's own spec out with a loader that redirects keras_load_quantized_model once it has run."""
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None, target: Optional[ModuleType] = None):
+        if fullname != MCTQ:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or finder is _finder or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _AfterExec(spec.loader)
+                return spec
+        return None
+
+
+_mctq_hook = _MctQuantizersHook()
+
 
 def is_enabled() -> bool:
     return _finder in sys.meta_path
@@ -108,6 +182,8 @@ def enable() -> None:
         import hwquant
 
         sys.meta_path.insert(0, _finder)
+        sys.meta_path.insert(0, _mctq_hook)
+        _redirect_mct_quantizers()  # (if mct_quantizers is loaded already; else when it loads)
         log.info("model_compression_toolkit resolves to hwquant %s in this process (hwquant.mct_alias)",
                  hwquant.__version__)
 
@@ -115,8 +191,10 @@ def enable() -> None:
 def disable() -> None:
     """Undo `enable()`: forget the alias and the module names it created (hwquant's modules stay loaded)."""
     with _lock:
-        if _finder in sys.meta_path:
-            sys.meta_path.remove(_finder)
+        for hook in (_finder, _mctq_hook):
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
+        _restore_mct_quantizers()
         for name in [n for n in sys.modules if _is_alias(n)]:
             if getattr(sys.modules[name], "__name__", "").startswith(TARGET):
                 del sys.modules[name]

@@ -102,10 +102,19 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
         return compute_resource_utilization(state.graph, base_config, state.adapter)
 
 
-def keras_load_quantized_model(filepath: Any, compile: bool = True) -> Any:
+def keras_load_quantized_model(filepath: Any, custom_objects: Any = None, compile: bool = True,
+                               options: Any = None) -> Any:
     """A quantized Keras model saved with `model.save('....keras')`, with hwquant's quantization
-    layers (saved on one Keras backend, loadable on another)."""
+    layers and quantizers, inferable or trainable (saved on one Keras backend, loadable on another).
+    MCT's signature: ``custom_objects`` are the user's own classes; ``options`` (a TensorFlow
+    SavedModel's LoadOptions) does not apply to `.keras` files and must be None, as in MCT."""
     import keras
 
     import hwquant.keras.quantizers  # noqa: F401 - registers the quantization layers for deserialisation
-    return keras.saving.load_model(filepath, compile=compile)
+    import hwquant.keras.trainable  # noqa: F401 - and the trainable quantizers (a QAT model saved mid-training)
+    if options is not None:
+        raise InvalidConfigError("options (tf.saved_model.LoadOptions) applies to TensorFlow SavedModel folders; a "
+                                 "quantized model is a .keras file, loaded without it: leave options None")
+    if custom_objects is not None and not isinstance(custom_objects, dict):
+        raise InvalidConfigError(f"custom_objects must be a dict {{name: class}} or None, got {type(custom_objects).__name__}")
+    return keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)

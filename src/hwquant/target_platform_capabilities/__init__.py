@@ -1,5 +1,5 @@
 """Public namespace `mct.target_platform_capabilities` (mirrors the documented API)."""
-from hwquant.target_platform_capabilities import schema, target_platform, tpc_io_handler  # noqa: E402
+from hwquant.target_platform_capabilities import constants, schema, target_platform, tpc_io_handler  # noqa: E402
 from hwquant.tpc import (SCHEMA_VERSION, AttributeFilter, AttributeQuantizationConfig, Contains, Eq,
                          FrameworkQuantizationCapabilities, Fusing, Greater, GreaterEq, LayerFilterParams, NotEq,
                          OperationsSetToLayers, OperationsToLayers, OperatorSetConcat, OperatorSetGroup,

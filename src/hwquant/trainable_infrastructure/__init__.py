@@ -6,6 +6,7 @@ The configs and the registry are framework-free; each framework's quantizers loa
 classes here; the Keras ones of the same names are in hwquant.keras.trainable.
 """
 from hwquant.lazy import lazy_table
+from hwquant.trainable_infrastructure import keras  # noqa: F401 (mct.trainable_infrastructure.keras...)
 from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod, VariableGroup,  # noqa: F401
                                                      get_trainable_quantizer_class, mark_quantizer,
                                                      registered_quantizers)
@@ -22,4 +23,5 @@ __getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
         "STEUniformActivationTrainableQuantizer", "STEUniformWeightsTrainableQuantizer")},
     **{name: "hwquant.keras.trainable" for name in (
         "BaseKerasTrainableQuantizer", "BaseKerasActivationTrainableQuantizer", "BaseKerasWeightTrainableQuantizer")},
+    "KerasTrainableQuantizationWrapper": "hwquant.keras.mct_paths",
 }, globals())

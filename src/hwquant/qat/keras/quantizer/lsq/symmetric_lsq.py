@@ -1,0 +1,7 @@
+"""MCT's module `model_compression_toolkit.qat.keras.quantizer.lsq.symmetric_lsq`:
+the LSQ weight quantizer, power-of-two / symmetric (hwquant's LSQSymmetricWeightsTrainableQuantizer)."""
+from hwquant.lazy import lazy_table
+
+__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.lsq.symmetric_lsq", {
+    "LSQWeightQATQuantizer": "hwquant.keras.mct_paths",
+}, globals())

@@ -1,0 +1,7 @@
+"""MCT's module `model_compression_toolkit.qat.keras.quantizer.ste_rounding.uniform_ste`:
+the STE weight quantizer, uniform (hwquant's STEUniformWeightsTrainableQuantizer)."""
+from hwquant.lazy import lazy_table
+
+__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.ste_rounding.uniform_ste", {
+    "STEUniformWeightQATQuantizer": "hwquant.keras.mct_paths",
+}, globals())

@@ -1,0 +1,7 @@
+"""MCT's module `model_compression_toolkit.trainable_infrastructure.keras.activation_quantizers.ste.uniform_ste`:
+the STE activation quantizer, uniform."""
+from hwquant.lazy import lazy_table
+
+__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.activation_quantizers.ste.uniform_ste", {
+    "STEUniformActivationTrainableQuantizer": "hwquant.keras.trainable",
+}, globals())

@@ -1,0 +1,7 @@
+"""MCT's module `model_compression_toolkit.trainable_infrastructure.keras.quantize_wrapper`:
+the wrapper of trainable quantizers, hwquant's one Keras wrapper."""
+from hwquant.lazy import lazy_table
+
+__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.quantize_wrapper", {
+    "KerasTrainableQuantizationWrapper": "hwquant.keras.mct_paths",
+}, globals())
