@@ -74,7 +74,7 @@ def test_gptq_trains_the_rounding(tmp_path):
     (dict(method="QAT"), "method='QAT' is not supported"),
     (dict(method="LQPTQ"), "TensorFlow-only"),
     (dict(framework="jax"), "framework='jax'"),
-    (dict(framework="tensorflow"), "no Keras back end yet"),
+    (dict(framework="tensorflow"), "float_model is a torch.nn.Module"),
     (dict(param_items=[["z_treshold", 8]]), "unknown parameter 'z_treshold'"),
     (dict(param_items=[["z_threshold"]]), "\\[key, value\\] pair"),
     (dict(use_mixed_precision=True, param_items=[["weights_compression_ratio", 1.5]]), "fraction in \\(0, 1\\]"),

@@ -6,7 +6,9 @@
 
 The call picks the TPC from `sdsp_version`, builds the core configuration from the parameters, for
 mixed precision sets a weights-memory target of `weights_compression_ratio` times the model's
-8-bit weights memory, runs PTQ or GPTQ and exports to `save_model_path` (MCTQ ONNX for PyTorch).
+8-bit weights memory, runs PTQ or GPTQ and exports to `save_model_path`: MCTQ ONNX for PyTorch
+(`framework='pytorch'`, default './qmodel.onnx'), the quantized Keras model as a `.keras` file for Keras
+(`framework='tensorflow'`, any Keras 3 backend, default './qmodel.keras'), as MCT's wrapper does.
 Parameters are given as `[[key, value], ...]`; each mode reads its own subset (`PARAMETERS_BY_MODE`).
 """
 from __future__ import annotations
@@ -49,6 +51,20 @@ PARAMETERS_BY_MODE: Dict[Tuple[str, bool], Tuple[str, ...]] = {
     ("GPTQ", True): _COMMON + _MIXED_PRECISION + ("weights_compression_ratio",) + _GPTQ,
 }
 FRAMEWORKS = ("pytorch", "tensorflow")
+# save_model_path's default for each framework (MCT's)
+DEFAULT_SAVE_PATH = {"pytorch": "./qmodel.onnx", "tensorflow": "./qmodel.keras"}
+
+
+class _Functions:
+    """The facades of one framework, with MCT's names (looked up when a call needs them)."""
+
+    def __init__(self, framework: str):
+        prefix = "keras" if framework == "tensorflow" else "pytorch"
+        self.resource_utilization_data = getattr(core, f"{prefix}_resource_utilization_data")
+        self.post_training_quantization = getattr(ptq, f"{prefix}_post_training_quantization")
+        self.get_gptq_config = getattr(gptq, f"get_{prefix}_gptq_config")
+        self.gradient_post_training_quantization = getattr(gptq, f"{prefix}_gradient_post_training_quantization")
+        self.export_model = getattr(exporter, f"{prefix}_export_model")
 
 
 class MCTWrapper:
@@ -66,9 +82,10 @@ class MCTWrapper:
         """Quantize `float_model` and export it to the `save_model_path` parameter.
 
         Args:
-            float_model: the float model (a torch.nn.Module for framework 'pytorch').
+            float_model: the float model: a torch.nn.Module for framework 'pytorch', a Keras 3 functional
+                or Sequential model for 'tensorflow' (on any Keras backend).
             representative_dataset: zero-argument callable returning a fresh iterator of input batches.
-            framework: 'pytorch' ('tensorflow' once the Keras back end exists).
+            framework: 'pytorch' or 'tensorflow' (Keras).
             method: 'PTQ' or 'GPTQ'.
             use_mixed_precision: search kernel bit widths under a weights-memory target of
                 `weights_compression_ratio` x the model's weights memory at its base bit widths.
@@ -78,25 +95,31 @@ class MCTWrapper:
             (True, the quantized model); errors are raised, nothing is exported then.
         """
         mode = _check_mode(framework, method, use_mixed_precision)
-        params = _parameters(mode, param_items)
+        params = _parameters(mode, param_items, framework)
         self.params = params
+        _check_model(float_model, framework)
+        _check_save_path(params["save_model_path"], framework)
+        fw = _Functions(framework)
         tpc = get_target_platform_capabilities_sdsp(params["sdsp_version"])
         quantization = core.QuantizationConfig(**{k: params[k] for k in _QUANTIZATION})
         if use_mixed_precision:
             mixed = core.MixedPrecisionQuantizationConfig(**{k: params[k] for k in _MIXED_PRECISION})
             core_config = core.CoreConfig(quantization_config=quantization, mixed_precision_config=mixed)
-            full = core.pytorch_resource_utilization_data(float_model, representative_dataset, core_config, tpc)
+            full = fw.resource_utilization_data(float_model, representative_dataset, core_config, tpc)
             target = core.ResourceUtilization(weights_memory=full.weights_memory * params["weights_compression_ratio"])
         else:
             core_config, target = core.CoreConfig(quantization_config=quantization), None
         common = dict(target_resource_utilization=target, core_config=core_config, target_platform_capabilities=tpc)
         if method == "PTQ":
-            quantized, _ = ptq.pytorch_post_training_quantization(float_model, representative_dataset, **common)
+            quantized, _ = fw.post_training_quantization(float_model, representative_dataset, **common)
         else:
-            gptq_config = gptq.get_pytorch_gptq_config(n_epochs=params["n_epochs"], optimizer=params["optimizer"])
-            quantized, _ = gptq.pytorch_gradient_post_training_quantization(float_model, representative_dataset,
-                                                                            gptq_config=gptq_config, **common)
-        exporter.pytorch_export_model(quantized, params["save_model_path"], representative_dataset)
+            gptq_config = fw.get_gptq_config(n_epochs=params["n_epochs"], optimizer=params["optimizer"])
+            quantized, _ = fw.gradient_post_training_quantization(float_model, representative_dataset,
+                                                                  gptq_config=gptq_config, **common)
+        if framework == "tensorflow":  # (MCT's Keras export: the quantized model as it is, a .keras file)
+            fw.export_model(quantized, params["save_model_path"])
+        else:
+            fw.export_model(quantized, params["save_model_path"], representative_dataset)
         return True, quantized
 
 
@@ -106,19 +129,40 @@ def _check_mode(framework: str, method: str, use_mixed_precision: bool) -> Tuple
         raise InvalidConfigError(f"method={method!r} is not supported{hint}: use 'PTQ' or 'GPTQ'")
     if framework not in FRAMEWORKS:
         raise InvalidConfigError(f"framework={framework!r} is not supported: use one of {', '.join(FRAMEWORKS)}")
-    if framework == "tensorflow":
-        raise InvalidConfigError("framework='tensorflow': hwquant has no Keras back end yet; quantize a PyTorch "
-                                 "model with framework='pytorch'")
     if not isinstance(use_mixed_precision, bool):
         raise InvalidConfigError(f"use_mixed_precision must be True or False, got {use_mixed_precision!r}")
     return method, use_mixed_precision
 
 
-def _parameters(mode: Tuple[str, bool], param_items: Optional[Sequence[Sequence[Any]]]) -> Dict[str, Any]:
-    """The mode's parameters: defaults, overridden by `param_items`. A key no mode knows is an error (a
-    typo would otherwise be dropped silently); a key another mode reads is ignored with a warning."""
+def _model_kind(model: Any) -> Optional[str]:
+    """'tensorflow' for a Keras model, 'pytorch' for another torch.nn.Module (by class, no framework import;
+    a Keras model on the torch backend is a torch.nn.Module too)."""
+    roots = {c.__module__.split(".")[0] for c in type(model).__mro__}
+    return "tensorflow" if roots & {"keras", "tf_keras", "tensorflow"} else "pytorch" if "torch" in roots else None
+
+
+def _check_model(model: Any, framework: str) -> None:
+    kind = _model_kind(model)
+    if kind is not None and kind != framework:
+        what = "a torch.nn.Module" if kind == "pytorch" else "a Keras model"
+        raise InvalidConfigError(f"framework={framework!r} but float_model is {what} ({type(model).__name__}): pass "
+                                 f"framework={kind!r}")
+
+
+def _check_save_path(path: Any, framework: str) -> None:
+    if framework == "tensorflow" and not str(path).endswith(".keras"):
+        raise InvalidConfigError(f"save_model_path={path!r}: framework='tensorflow' exports the quantized Keras model "
+                                 "as a '.keras' file; give a path ending in .keras")
+
+
+def _parameters(mode: Tuple[str, bool], param_items: Optional[Sequence[Sequence[Any]]],
+                framework: str = "pytorch") -> Dict[str, Any]:
+    """The mode's parameters: defaults (save_model_path: the framework's), overridden by `param_items`. A
+    key no mode knows is an error (a typo would otherwise be dropped silently); a key another mode reads is
+    ignored with a warning."""
     wanted = PARAMETERS_BY_MODE[mode]
     params = {k: DEFAULT_PARAMETERS[k] for k in wanted}
+    params["save_model_path"] = DEFAULT_SAVE_PATH[framework]
     for item in param_items or ():
         if isinstance(item, (str, bytes)) or not isinstance(item, Sequence) or len(item) != 2:
             raise InvalidConfigError(f"param_items holds {item!r}; each item must be a [key, value] pair")
