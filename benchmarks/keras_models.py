@@ -143,6 +143,24 @@ def keras_fashion_model(name: str, state_dict: Dict[str, Any]) -> Any:
     return model
 
 
+def w4a4_core_config(mct: Any, layers: Any, model: Any) -> Any:
+    """A CoreConfig putting every kernel and activation at 4 bits but the input image's and the logits'
+    (8 bits), by edit rules of MCT's network editor API: `mct` is hwquant or MCT, `layers` that side's
+    Keras layers module (the same rules for both tools)."""
+    ne = mct.core.network_editor
+    depthwise = layers.DepthwiseConv2D(3)
+    depthwise.build((None, 5, 5, 2))  # its kernel's name: 'kernel' in Keras 3, 'depthwise_kernel' in Keras 2
+    kernels = ((layers.Conv2D, "kernel"), (layers.DepthwiseConv2D, depthwise.weights[0].name.split("/")[-1].split(":")[0]),
+               (layers.Dense, "kernel"))
+    rules = [ne.EditRule(filter=ne.NodeTypeFilter(t),
+                         action=ne.ChangeFinalWeightsQuantConfigAttr(attr_name=attr, weights_n_bits=4)) for t, attr in kernels]
+    rules += [ne.EditRule(filter=ne.NodeTypeFilter(t), action=ne.ChangeFinalActivationQuantConfigAttr(activation_n_bits=4))
+              for t in {type(layer) for layer in model.layers}]
+    rules += [ne.EditRule(filter=ne.NodeNameFilter(name), action=ne.ChangeFinalActivationQuantConfigAttr(activation_n_bits=8))
+              for name in (model.layers[0].name, model.layers[-1].name)]
+    return mct.core.CoreConfig(debug_config=mct.core.DebugConfig(network_editor=rules))
+
+
 # ---- runs in other venvs (TensorFlow): weights travel by layer name in an .npz -----------------------
 def weights_by_name(model: Any) -> Dict[str, np.ndarray]:
     """Every layer's weights as `w:<layer>:<k>` arrays (read back by set_weights_by_name)."""
