@@ -314,3 +314,25 @@ def test_errors(data, qat_model):
         QAT_INIT(Sub(), lambda: iter([[np.zeros((2, 4), "float32")]]))
     with pytest.raises((CaptureError, InvalidConfigError), match="already quantized"):
         QAT_INIT(ptq, gen_of(x))
+
+
+def test_strided_pointwise_convolutions_train(data):
+    """A 1x1 convolution with strides (a residual shortcut, fer's and ResNet's) trains on every backend:
+    torch 2.13's CPU backward of it over a channels-last input crashes, so the trainable wrapper computes
+    it as subsampling + 1x1 convolution, the same function."""
+    from hwquant.keras.quantizers import _subsampled_pointwise, strided_pointwise_on_torch
+    keras.utils.set_random_seed(0)
+    x = keras.Input((12, 12, 3))
+    y = layers.Conv2D(8, 3, padding="same", activation="relu")(x)
+    y = layers.Add()([layers.Conv2D(8, 1, strides=2, padding="same", name="shortcut")(y),
+                      layers.Conv2D(8, 3, strides=2, padding="same")(y)])
+    model = keras.Model(x, layers.Dense(5)(layers.GlobalAveragePooling2D()(y)))
+    shortcut = model.get_layer("shortcut")
+    assert strided_pointwise_on_torch(shortcut) == (BACKEND == "torch")
+    inputs = keras.ops.convert_to_tensor(np.random.default_rng(0).normal(size=(4, 11, 11, 8)).astype("float32"))
+    np.testing.assert_allclose(numpy(_subsampled_pointwise(shortcut, inputs)), numpy(shortcut(inputs)), rtol=1e-5, atol=1e-6)
+    qat, _, _ = QAT_INIT(model, gen_of(data[0]))
+    history = _compiled(qat).fit(data[0], data[1], epochs=1, batch_size=16, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    final = QAT_FINALIZE(qat)
+    np.testing.assert_array_equal(numpy(final(data[0][:8])), numpy(qat(data[0][:8], training=False)))

@@ -9,7 +9,7 @@ traced as a whole, which hwquant does not do: refused plainly.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -30,13 +30,14 @@ def gradients(forward: Callable[[List[Any]], Tuple[Any, Sequence[Any]]], inputs:
     def one_loss(xs):
         loss, tensors = forward(xs)
         return [loss], tensors
-    return gradients_of_each(one_loss, inputs, what)[0]
+    return next(gradients_of_each(one_loss, inputs, what))
 
 
 def gradients_of_each(forward: Callable[[List[Any]], Tuple[Sequence[Any], Sequence[Any]]], inputs: Sequence[np.ndarray],
-                      what: str) -> List[List[Any]]:
-    """``forward(input tensors) -> (scalars, tensors)``: for each scalar, its gradients with respect to
-    the tensors (numpy arrays, None where it does not depend on one), from one forward pass."""
+                      what: str) -> Iterator[List[Any]]:
+    """``forward(input tensors) -> (scalars, tensors)``: for each scalar in turn, its gradients with respect
+    to the tensors (numpy arrays, None where it does not depend on one), from one forward pass. A
+    generator: each scalar's gradients are computed when asked for, so only one set is held at a time."""
     backend = keras.backend.backend()
     if backend == "torch":
         import torch
@@ -45,11 +46,10 @@ def gradients_of_each(forward: Callable[[List[Any]], Tuple[Sequence[Any], Sequen
             xs = [torch.as_tensor(x).to(keras.ops.convert_to_tensor(0.0).device).requires_grad_(x.dtype.kind == "f")
                   for x in inputs]
             losses, tensors = forward(xs)
-            out = []
             for i, loss in enumerate(losses):
                 grads = torch.autograd.grad(loss, list(tensors), allow_unused=True, retain_graph=i < len(losses) - 1)
-                out.append([None if g is None else g.detach().cpu().numpy() for g in grads])
-        return out
+                yield [None if g is None else g.detach().cpu().numpy() for g in grads]
+        return
     if backend == "tensorflow":
         import tensorflow as tf
 
@@ -59,10 +59,11 @@ def gradients_of_each(forward: Callable[[List[Any]], Tuple[Sequence[Any], Sequen
                 if x.dtype.is_floating:
                     tape.watch(x)
             losses, tensors = forward(xs)
-        out = [[None if g is None else g.numpy() for g in
-                tape.gradient(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)] for loss in losses]
+        for loss in losses:
+            yield [None if g is None else g.numpy() for g in
+                   tape.gradient(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)]
         del tape
-        return out
+        return
     raise _refuse(backend, what)
 
 

@@ -210,6 +210,25 @@ class KerasActivationQuantizationHolder(keras.layers.Layer):
                 "activation_holder_quantizer": keras.saving.serialize_keras_object(self.activation_holder_quantizer)}
 
 
+def strided_pointwise_on_torch(layer: Any) -> bool:
+    """A 1x1 Conv2D with strides, on Keras' torch backend: torch 2.13's CPU backward of such a convolution
+    over a channels-last input (what Keras' torch backend hands it) crashes the process, so layers that
+    train compute it as :func:`_subsampled_pointwise` (the same function)."""
+    return (keras.backend.backend() == "torch" and type(layer) is keras.layers.Conv2D
+            and tuple(layer.kernel_size) == (1, 1) and any(s > 1 for s in layer.strides)
+            and tuple(layer.dilation_rate) == (1, 1) and layer.groups == 1 and layer.data_format == "channels_last")
+
+
+def _subsampled_pointwise(layer: Any, inputs: Any) -> Any:
+    """A strided 1x1 convolution as subsampling, then a 1x1 convolution: the same products and sums ('same'
+    padding adds nothing to a 1x1 kernel)."""
+    sh, sw = layer.strides
+    y = ops.conv(inputs[:, ::sh, ::sw, :], layer.kernel, strides=1, padding="valid", data_format="channels_last")
+    if layer.use_bias:
+        y = ops.add(y, layer.bias)
+    return layer.activation(y) if layer.activation is not None else y
+
+
 @keras.saving.register_keras_serializable(_PACKAGE)
 class KerasQuantizationWrapper(keras.layers.Wrapper):
     """A weighted layer and its weight quantizers ({weight name: quantizer}). The layer holds the
@@ -243,11 +262,14 @@ class KerasQuantizationWrapper(keras.layers.Wrapper):
 
     def call(self, inputs, *args, training=None, **kwargs):
         trainable = self._trainable_quantizers()
-        if not trainable:
+        if not trainable and self.weights_quantizers:
             return self.layer(inputs, *args, **kwargs)
+        # trainable (or a float layer wrapped for training: GPTQ's teacher): the layer may be differentiated
         weights = self._layer_weights()
         quantized = [(weights[attr], q(weights[attr], training=training)) for attr, q in trainable.items()]
         with keras.StatelessScope(state_mapping=quantized):
+            if strided_pointwise_on_torch(self.layer):
+                return _subsampled_pointwise(self.layer, inputs)
             return self.layer(inputs, *args, **kwargs)
 
     def compute_output_shape(self, input_shape):

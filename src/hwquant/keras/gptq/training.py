@@ -23,6 +23,7 @@ from hwquant.keras.builder import build_model
 from hwquant.keras.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.keras.gptq.quantizers import BaseKerasGPTQTrainableQuantizer
 from hwquant.keras.gradients import gradients_of_each, variable_gradients
+from hwquant.keras.quantizers import KerasQuantizationWrapper, strided_pointwise_on_torch
 from hwquant.keras.trainable import BaseKerasTrainableQuantizer
 from hwquant.keras.trainable.model import TrainableBlocks
 from hwquant.logger import progress
@@ -49,6 +50,20 @@ class GradualActivationQuantizer:
 
     def __call__(self, inputs: Any, training: Any = True) -> Any:
         return inputs + ops.cast(self.fraction, inputs.dtype) * (self.quantizer(inputs, training=training) - inputs)
+
+
+class _DifferentiableFloatBlocks:
+    """The float model, its strided 1x1 convolutions wrapped so that the Hessian probes' backward pass runs on
+    Keras' torch backend (keras/quantizers.py: strided_pointwise_on_torch)."""
+
+    def wrap(self, node: Node, layer: Any) -> Any:
+        return KerasQuantizationWrapper(layer, {}, name=f"float_{node.name}") if strided_pointwise_on_torch(layer) else layer
+
+    def weights(self, node: Node) -> Dict[Any, Any]:
+        return node.weights
+
+    def after(self, node: Node, tensor: Any) -> Any:
+        return tensor
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -104,7 +119,7 @@ class KerasGPTQBackend(GPTQBackend):
         points = [interest_point(node) for node in self.layers]
         self.student = build_model(graph, points, TrainableBlocks(adapter.kernel_attr, make_weights, make_activation),
                                    extra_outputs_unquantized=True)
-        self.teacher = build_model(graph, points)
+        self.teacher = build_model(graph, points, _DifferentiableFloatBlocks())
         self.wrappers = {node.name: self.student.get_layer(f"quant_{node.name}") for node in self.layers}
         return self.layers
 
