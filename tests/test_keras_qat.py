@@ -336,3 +336,31 @@ def test_strided_pointwise_convolutions_train(data):
     assert np.isfinite(history.history["loss"]).all()
     final = QAT_FINALIZE(qat)
     np.testing.assert_array_equal(numpy(final(data[0][:8])), numpy(qat(data[0][:8], training=False)))
+
+
+def test_finalized_model_exports_to_onnx_and_int8_tflite(data, tmp_path):
+    """The finalized QAT model exports like a PTQ model: ONNX (Keras' exporter; ONNX Runtime within one
+    step of the output grid) and, on TensorFlow, INT8 TFLite with every layer within one step of the simulation."""
+    from hwquant.exporter import KerasExportSerializationFormat as KSF
+    from hwquant.exporter import QuantizationFormat as QF
+    x, y = data
+    qat, _, _ = QAT_INIT(_net(), gen_of(x))
+    _compiled(qat).fit(x, y, epochs=1, batch_size=16, verbose=0)
+    final = QAT_FINALIZE(qat)
+    expected = numpy(final(x[:4]))
+    step = float(final.get_layer("fc_activation_holder_quantizer").activation_holder_quantizer.grid.scale)
+    ort = pytest.importorskip("onnxruntime")
+    if BACKEND == "tensorflow":
+        pytest.importorskip("tf2onnx")
+    path = mct.exporter.keras_export_model(final, tmp_path / "q.onnx", serialization_format=KSF.ONNX,
+                                           quantization_format=QF.FAKELY_QUANT)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert np.abs(session.run(None, {session.get_inputs()[0].name: x[:4]})[0] - expected).max() <= step * 1.0001
+    if BACKEND != "tensorflow":
+        return
+    pytest.importorskip("ai_edge_litert.interpreter")
+    from hwquant.keras.tflite_int8 import layer_parity
+    path = mct.exporter.keras_export_model(final, tmp_path / "q.tflite", serialization_format=KSF.TFLITE,
+                                           quantization_format=QF.INT8)
+    steps = layer_parity(final, path.read_bytes(), x[:1])
+    assert steps and max(steps.values()) <= 1 + 1e-3, steps
