@@ -364,3 +364,20 @@ def test_finalized_model_exports_to_onnx_and_int8_tflite(data, tmp_path):
                                            quantization_format=QF.INT8)
     steps = layer_parity(final, path.read_bytes(), x[:1])
     assert steps and max(steps.values()) <= 1 + 1e-3, steps
+
+
+def test_a_qat_model_saved_mid_training_on_torch_loads_and_trains_on_any_backend(data):
+    """tests/data holds a QAT model saved after one epoch on Keras' torch backend; CI loads it on torch and on
+    TensorFlow: the same inference outputs (within one output step), it trains on, and finalizes bitwise.
+    (compile=False: Keras saves the torch backend's own optimizer class, which TensorFlow cannot rebuild.)"""
+    from pathlib import Path
+    folder = Path(__file__).parent / "data"
+    model = keras.saving.load_model(folder / "qat_mid_training_on_torch_backend.keras", compile=False)
+    expected = np.load(folder / "qat_mid_training_on_torch_backend.npz")
+    got = numpy(model(expected["x"], training=False))
+    step = float(numpy(model.get_layer("fc_activation_holder_quantizer").activation_holder_quantizer.grid().scale))
+    assert np.abs(got - expected["y"]).max() <= step * 1.0001 and (got == expected["y"]).mean() >= 0.95
+    _compiled(model).fit(data[0], data[1], epochs=1, batch_size=16, verbose=0)
+    trained = numpy(model(expected["x"], training=False))
+    assert not np.array_equal(trained, got)
+    np.testing.assert_array_equal(numpy(QAT_FINALIZE(model)(expected["x"])), trained)
