@@ -31,11 +31,15 @@ def affine_fake_quantize(x: Any, grid: quant_math.AffineGrid, learn_rounding: bo
 
     @ops.custom_gradient
     def fake_quantize(x, scale, zero_point):
-        y, inside = quant_math.affine_fake_quantize_forward(x, quant_math.AffineGrid(scale, zero_point, qmin, qmax, axis))
+        grid = quant_math.AffineGrid(scale, zero_point, qmin, qmax, axis)
+        y, _ = quant_math.affine_fake_quantize_forward(x, grid)
 
         def grad(*args, upstream=None):  # (torch passes the inputs and upstream=; tensorflow and jax the upstream)
             g = args[0] if upstream is None else upstream
-            return quant_math.affine_fake_quantize_gradients(g, x, y, inside, scale, zero_point, axis, learn_rounding,
+            # the forward values are computed again, not kept: on the torch backend an output held by this
+            # closure forms a reference cycle through the autograd graph that keeps every step's activations
+            y_again, inside = quant_math.affine_fake_quantize_forward(x, grid)
+            return quant_math.affine_fake_quantize_gradients(g, x, y_again, inside, scale, zero_point, axis, learn_rounding,
                                                              scale_grad_factor, True, True)
         return y, grad
 
