@@ -90,6 +90,36 @@ class GPTQBackend(ABC):
         bias correction for ``layers``; returns what was chosen and why."""
 
 
+def check_gptq_arguments(gptq_config: Any, gptq_representative_data_gen: Any, config_getter: str) -> None:
+    """The facades' argument checks (``config_getter``: the framework's get_<framework>_gptq_config)."""
+    if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
+        raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.{config_getter}(n_epochs)) "
+                                 f"or None, got {type(gptq_config).__name__}")
+    if gptq_representative_data_gen is not None and not callable(gptq_representative_data_gen):
+        raise InvalidConfigError(f"gptq_representative_data_gen must be a function returning an iterable of batches "
+                                 f"or None, got {type(gptq_representative_data_gen).__name__}")
+
+
+def optimizer_groups(cfg: GradientPTQConfig, rounding: List[Any], biases: List[Any], qparams: List[Any]) -> List[tuple]:
+    """MCT's grouping of the trained variables, as [(optimizer spec, its config field, variables)]:
+    ``optimizer`` for the rounding variables; the biases with ``optimizer_bias`` (else ``optimizer_rest``);
+    learned quantization parameters with ``optimizer_quantization_parameter`` (else ``optimizer_rest``)."""
+    groups = [(cfg.optimizer, "optimizer", rounding)]
+    rest: List[Any] = []
+    for params, own, name in ((biases, cfg.optimizer_bias, "optimizer_bias"),
+                              (qparams, cfg.optimizer_quantization_parameter, "optimizer_quantization_parameter")):
+        if params and own is not None:
+            groups.append((own, name, params))
+        else:
+            rest += params
+    if rest:
+        if cfg.optimizer_rest is None:
+            raise InvalidConfigError("training the biases or the quantization parameters needs GradientPTQConfig."
+                                     "optimizer_rest (or optimizer_bias / optimizer_quantization_parameter)")
+        groups.append((cfg.optimizer_rest, "optimizer_rest", rest))
+    return groups
+
+
 def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:
     """Write the learned kernels into ``graph``'s layers."""
     for name, kernel in kernels.items():

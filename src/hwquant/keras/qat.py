@@ -14,8 +14,7 @@ from hwquant.keras.facade import run_keras_ptq
 from hwquant.keras.trainable import BaseKerasTrainableQuantizer
 from hwquant.keras.trainable.model import TrainableBlocks, build_trainable_model, convert_to_inferable
 from hwquant.qat.config import QATConfig
-from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
-                                                          trainable_weights_config)
+from hwquant.trainable_infrastructure.node_configs import QATQuantizers
 
 log = logging.getLogger("hwquant.qat")
 
@@ -45,17 +44,11 @@ def keras_quantization_aware_training_init_experimental(
         state, _ = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
                                  target_platform_capabilities)
         adapter = state.adapter
-        w_kwargs, a_kwargs = qat_config.weight_quantizer_params_override, qat_config.activation_quantizer_params_override
-        weights, activations = trainable_quantizer_classes(
-            state.graph, adapter.kernel_attr, (qat_config.weight_training_method, BaseKerasTrainableQuantizer, w_kwargs),
-            (qat_config.activation_training_method, BaseKerasTrainableQuantizer, a_kwargs), "quantization-aware training")
-        blocks = TrainableBlocks(adapter.kernel_attr,
-                                 lambda node, attr: weights[node.name](trainable_weights_config(node, attr), **w_kwargs),
-                                 lambda node: activations[node.name](trainable_activation_config(node), **a_kwargs))
-        model = build_trainable_model(state.graph, blocks)
+        quantizers = QATQuantizers(state.graph, adapter.kernel_attr, qat_config, BaseKerasTrainableQuantizer)
+        model = build_trainable_model(state.graph, TrainableBlocks(adapter.kernel_attr, quantizers.weights,
+                                                                   quantizers.activation))
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "qat")
-    log.info("QAT model of %s ready in %.1f s (%d trainable weight quantizers, %d activation quantizers)",
-             state.graph.name, time.perf_counter() - start, len(weights), len(activations))
+    log.info("QAT model of %s ready in %.1f s (%s)", state.graph.name, time.perf_counter() - start, quantizers)
     return model, user_information(state, adapter), custom_objects()
 
 

@@ -17,8 +17,7 @@ from hwquant.torch.metadata import attach_metadata
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import (TrainableQuantizerFactory, build_trainable_model, convert_to_inferable,
                                            copy_model, trainable_quantizers)
-from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
-                                                          trainable_weights_config)
+from hwquant.trainable_infrastructure.node_configs import QATQuantizers
 
 log = logging.getLogger("hwquant.qat")
 
@@ -46,18 +45,11 @@ def pytorch_quantization_aware_training_init_experimental(
     session, state = run_pytorch_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
                                      target_platform_capabilities)
     adapter = session.adapter
-    w_kwargs, a_kwargs = qat_config.weight_quantizer_params_override, qat_config.activation_quantizer_params_override
-    weights, activations = trainable_quantizer_classes(
-        state.graph, adapter.kernel_attr, (qat_config.weight_training_method, BasePytorchTrainableQuantizer, w_kwargs),
-        (qat_config.activation_training_method, BasePytorchTrainableQuantizer, a_kwargs), "quantization-aware training")
-    factory = TrainableQuantizerFactory(
-        adapter.kernel_attr,
-        lambda node, attr: weights[node.name](trainable_weights_config(node, attr), **w_kwargs),
-        lambda node: activations[node.name](trainable_activation_config(node), **a_kwargs))
+    quantizers = QATQuantizers(state.graph, adapter.kernel_attr, qat_config, BasePytorchTrainableQuantizer)
+    factory = TrainableQuantizerFactory(adapter.kernel_attr, quantizers.weights, quantizers.activation)
     model = build_trainable_model(state.graph, factory, adapter.device)
     attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "qat"))
-    log.info("QAT model of %s ready in %.1f s (%d trainable weight quantizers, %d activation quantizers)",
-             state.graph.name, time.perf_counter() - start, len(weights), len(activations))
+    log.info("QAT model of %s ready in %.1f s (%s)", state.graph.name, time.perf_counter() - start, quantizers)
     return model, user_information(state, adapter)
 
 

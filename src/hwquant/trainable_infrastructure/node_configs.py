@@ -90,3 +90,26 @@ def trainable_quantizer_classes(graph: Graph, kernel_attr: Callable[[Node], Opti
                 raise InvalidConfigError(f"{which} quantizer params override has {unknown}, which {cls.__name__} does "
                                          f"not take; it accepts {accepted}")
     return found
+
+
+class QATQuantizers:
+    """The trainable quantizers of a QAT model, from PTQ's graph and a QATConfig: every class looked up
+    (and the constructor overrides checked) up front; ``weights(node, attr)`` / ``activation(node)`` make
+    one, with the node's final config as its start. ``base``: the framework's trainable-quantizer base."""
+
+    def __init__(self, graph: Graph, kernel_attr: Callable[[Node], Optional[str]], qat_config: Any, base: type):
+        self._w_kwargs = qat_config.weight_quantizer_params_override
+        self._a_kwargs = qat_config.activation_quantizer_params_override
+        self.weight_classes, self.activation_classes = trainable_quantizer_classes(
+            graph, kernel_attr, (qat_config.weight_training_method, base, self._w_kwargs),
+            (qat_config.activation_training_method, base, self._a_kwargs), "quantization-aware training")
+
+    def weights(self, node: Node, attr: str) -> Any:
+        return self.weight_classes[node.name](trainable_weights_config(node, attr), **self._w_kwargs)
+
+    def activation(self, node: Node) -> Any:
+        return self.activation_classes[node.name](trainable_activation_config(node), **self._a_kwargs)
+
+    def __str__(self) -> str:
+        return f"{len(self.weight_classes)} trainable weight quantizers, {len(self.activation_classes)} activation quantizers"
+

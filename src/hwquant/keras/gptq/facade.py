@@ -12,9 +12,8 @@ from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.core.passes.bias_correction import apply_bias_correction
-from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.training import gptq_train, training_batch_size
+from hwquant.gptq.training import check_gptq_arguments, gptq_train, training_batch_size
 from hwquant.keras.data import KerasRepresentativeData
 from hwquant.keras.facade import run_keras_ptq
 
@@ -42,12 +41,7 @@ def keras_gradient_post_training_quantization(
 
     if debug_bypass(core_config):
         return in_model, None
-    if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
-        raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.get_keras_gptq_config(n_epochs)) "
-                                 f"or None, got {type(gptq_config).__name__}")
-    if gptq_representative_data_gen is not None and not callable(gptq_representative_data_gen):
-        raise InvalidConfigError(f"gptq_representative_data_gen must be a function returning an iterable of batches "
-                                 f"or None, got {type(gptq_representative_data_gen).__name__}")
+    check_gptq_arguments(gptq_config, gptq_representative_data_gen, "get_keras_gptq_config")
     start = time.perf_counter()
     info_dict = {}
     with KERAS_LOCK:

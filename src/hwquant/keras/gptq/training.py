@@ -18,7 +18,8 @@ from hwquant.core.node_params import restore_biases
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.hessian import HESSIAN_ITERATIONS, rademacher, vjp_scores
-from hwquant.gptq.training import AnalyticCorrection, GPTQBackend, LearnedLayer, install_kernels, interest_point
+from hwquant.gptq.training import (AnalyticCorrection, GPTQBackend, LearnedLayer, install_kernels, interest_point,
+                                   optimizer_groups)
 from hwquant.keras.builder import build_model
 from hwquant.keras.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.keras.gptq.quantizers import BaseKerasGPTQTrainableQuantizer
@@ -172,21 +173,9 @@ class KerasGPTQBackend(GPTQBackend):
         self.batch_size = batch_size
         rounding, biases, qparams = self._variable_groups(cfg)
         self.rounding = rounding
-        groups = [(_make_optimizer(cfg.optimizer, "optimizer"), rounding)]
-        rest: List[Any] = []
-        for params, own, name in ((biases, cfg.optimizer_bias, "optimizer_bias"),
-                                  (qparams, cfg.optimizer_quantization_parameter, "optimizer_quantization_parameter")):
-            if params and own is not None:
-                groups.append((_make_optimizer(own, name), params))
-            else:
-                rest += params
-        if rest:
-            if cfg.optimizer_rest is None:
-                raise InvalidConfigError("training the biases or the quantization parameters needs GradientPTQConfig."
-                                         "optimizer_rest (or optimizer_bias / optimizer_quantization_parameter)")
-            groups.append((_make_optimizer(cfg.optimizer_rest, "optimizer_rest"), rest))
-        self.groups = groups
-        self.variables = [v for _, vs in groups for v in vs]
+        self.groups = [(_make_optimizer(spec, name), params)
+                       for spec, name, params in optimizer_groups(cfg, rounding, biases, qparams)]
+        self.variables = [v for _, vs in self.groups for v in vs]
         self.last_gradients: List[Any] = [None] * len(rounding)
         n = len(self.samples[0])
         first = self._teacher_points([s[:batch_size] for s in self.samples])

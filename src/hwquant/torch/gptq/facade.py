@@ -11,9 +11,8 @@ from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
 from hwquant.core.passes.bias_correction import apply_bias_correction
-from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.training import gptq_train
+from hwquant.gptq.training import check_gptq_arguments, gptq_train
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.gptq.training import TorchGPTQBackend, training_samples
@@ -41,12 +40,7 @@ def pytorch_gradient_post_training_quantization(
     """
     if debug_bypass(core_config):  # MCT's debug switch: the float model back, before any check
         return model, None
-    if gptq_config is not None and not isinstance(gptq_config, GradientPTQConfig):
-        raise InvalidConfigError(f"gptq_config must be a GradientPTQConfig (mct.gptq.get_pytorch_gptq_config(n_epochs)) "
-                                 f"or None, got {type(gptq_config).__name__}")
-    if gptq_representative_data_gen is not None and not callable(gptq_representative_data_gen):
-        raise InvalidConfigError(f"gptq_representative_data_gen must be a function returning an iterable of batches "
-                                 f"or None, got {type(gptq_representative_data_gen).__name__}")
+    check_gptq_arguments(gptq_config, gptq_representative_data_gen, "get_pytorch_gptq_config")
     start = time.perf_counter()
     session, state = run_pytorch_ptq(model, representative_data_gen, target_resource_utilization, core_config,
                                      target_platform_capabilities, keep_float_graph=gptq_config is not None)

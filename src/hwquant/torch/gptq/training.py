@@ -14,7 +14,7 @@ from torch import nn
 from hwquant.core.graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.training import AnalyticCorrection, GPTQBackend, LearnedLayer, interest_point
+from hwquant.gptq.training import AnalyticCorrection, GPTQBackend, LearnedLayer, interest_point, optimizer_groups
 from hwquant.torch.builder import build_module
 from hwquant.torch.gptq.bias_correction import correct_biases
 from hwquant.torch.gptq.hessian import activation_hessian_scores
@@ -128,9 +128,7 @@ def _make_optimizer(spec: Any, params: List[nn.Parameter], what: str) -> torch.o
 
 
 def _optimizers(cfg: GradientPTQConfig, student: _Student) -> List[torch.optim.Optimizer]:
-    """MCT's grouping: ``optimizer`` for the rounding variables; the biases with ``optimizer_bias`` (else
-    ``optimizer_rest``); learned quantization parameters with ``optimizer_quantization_parameter``
-    (else ``optimizer_rest``)."""
+    """The optimizers of MCT's grouping (gptq/training.py: optimizer_groups); only their variables train."""
     rounding = [p for *_, q in student.kernels for p in q.get_trainable_variables(VariableGroup.WEIGHTS)]
     biases = [w.layer.bias for _, w, _, _ in student.kernels
               if cfg.train_bias and isinstance(getattr(w.layer, "bias", None), nn.Parameter)]
@@ -139,20 +137,7 @@ def _optimizers(cfg: GradientPTQConfig, student: _Student) -> List[torch.optim.O
         p.requires_grad_(False)
     for p in rounding + biases + qparams:
         p.requires_grad_(True)
-    out = [_make_optimizer(cfg.optimizer, rounding, "optimizer")]
-    rest: List[nn.Parameter] = []
-    for params, own, name in ((biases, cfg.optimizer_bias, "optimizer_bias"),
-                              (qparams, cfg.optimizer_quantization_parameter, "optimizer_quantization_parameter")):
-        if params and own is not None:
-            out.append(_make_optimizer(own, params, name))
-        else:
-            rest += params
-    if rest:
-        if cfg.optimizer_rest is None:
-            raise InvalidConfigError("training the biases or the quantization parameters needs GradientPTQConfig."
-                                     "optimizer_rest (or optimizer_bias / optimizer_quantization_parameter)")
-        out.append(_make_optimizer(cfg.optimizer_rest, rest, "optimizer_rest"))
-    return out
+    return [_make_optimizer(spec, params, name) for spec, name, params in optimizer_groups(cfg, rounding, biases, qparams)]
 
 
 def _teacher_outputs(teacher: nn.Module, x: List[torch.Tensor]) -> List[torch.Tensor]:
