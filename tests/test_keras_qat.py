@@ -397,3 +397,15 @@ def test_a_training_step_leaves_nothing_alive():
     torch.autograd.grad(keras.ops.sum(y), [v.value for v in q.quantization_parameters()])
     del y
     assert alive() is None
+
+
+def test_sequential_model(data):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((12, 12, 3)), layers.Conv2D(4, 3, activation="relu"), layers.Flatten(),
+                              layers.Dense(5)])
+    x, y = data
+    qat, _, _ = QAT_INIT(model, gen_of(x))
+    ptq, _ = mct.ptq.keras_post_training_quantization(model, gen_of(x))
+    np.testing.assert_array_equal(numpy(qat(x[:8], training=False)), numpy(ptq(x[:8])))
+    _compiled(qat).fit(x, y, epochs=1, batch_size=16, verbose=0)
+    np.testing.assert_array_equal(numpy(QAT_FINALIZE(qat)(x[:8])), numpy(qat(x[:8], training=False)))

@@ -39,6 +39,7 @@ def keras_quantization_aware_training_init_experimental(
     """
     if not isinstance(qat_config, QATConfig):
         raise InvalidConfigError(f"qat_config must be a QATConfig, got {type(qat_config).__name__}")
+    refuse_untrained_backend("quantization-aware training")
     start = time.perf_counter()
     with KERAS_LOCK:
         state, _ = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
@@ -62,6 +63,16 @@ def keras_quantization_aware_training_finalize_experimental(in_model: Any) -> An
     metadata = dict(getattr(in_model, "hwquant_metadata", None) or {})
     model.hwquant_metadata = {**metadata, "method": "qat"}
     return model
+
+
+def refuse_untrained_backend(what: str) -> None:
+    """QAT and GPTQ train on Keras' torch and TensorFlow backends. On JAX the trainer calls the model
+    statelessly, and the trainable wrapper's own stateless scope inside that one is not supported."""
+    import keras
+
+    if keras.backend.backend() not in ("torch", "tensorflow"):
+        raise InvalidConfigError(f"{what} runs on Keras' torch and tensorflow backends, not on "
+                                 f"'{keras.backend.backend()}': set KERAS_BACKEND to one of them")
 
 
 def custom_objects() -> dict:

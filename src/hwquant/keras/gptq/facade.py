@@ -38,10 +38,13 @@ def keras_gradient_post_training_quantization(
         quantization returns it (saves, exports).
     """
     from hwquant.keras.gptq.training import KerasGPTQBackend
+    from hwquant.keras.qat import refuse_untrained_backend
 
     if debug_bypass(core_config):
         return in_model, None
     check_gptq_arguments(gptq_config, gptq_representative_data_gen, "get_keras_gptq_config")
+    if gptq_config is not None:
+        refuse_untrained_backend("GPTQ")
     start = time.perf_counter()
     info_dict = {}
     with KERAS_LOCK:
