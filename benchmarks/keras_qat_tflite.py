@@ -36,7 +36,7 @@ def main():
     model = keras_mobilenet_v2_architecture()
     set_weights_by_name(model, data)
     float_tflite(keras, model, str(folder / "float.tflite"))
-    final = mct.keras_load_quantized_model(args.model)
+    final = mct.keras_load_quantized_model(args.model, compile=False)  # (saved compiled on the torch backend)
     path = mct.exporter.keras_export_model(final, folder / "qat_int8.tflite",
                                            serialization_format=mct.exporter.KerasExportSerializationFormat.TFLITE,
                                            quantization_format=mct.exporter.QuantizationFormat.INT8)

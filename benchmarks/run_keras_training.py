@@ -244,6 +244,41 @@ def tflite_of_finalized(final, keras_model, evals, f_eval, labels) -> list:
     return rows
 
 
+def render(results: dict) -> str:
+    """The tables of docs/BENCHMARKS.md's "Keras training" section from the results file."""
+    out = []
+    if "gptq" in results:
+        out += ["| setting | tool | time (s) | top-1 agreement | SQNR (dB) | labelled top-1 |", "|---|---|---|---|---|---|"]
+        for r in results["gptq"]:
+            if "error" in r:
+                out.append(f"| {r['setting']} | {r['tool']} | {r['error']} | | | |")
+                continue
+            out.append(f"| {r['setting']} | {r['tool']} | {r['seconds']:.0f} | {r['agreement']:.1f} % | {r['sqnr']:.2f} | "
+                       f"{r['labelled']}/{r['n_labelled']} (float {r['float_labelled']}) |")
+        out.append("")
+    if "qat-fashion" in results:
+        out += ["| model | setting | tool | test accuracy | float | QAT init (s) | s per epoch |",
+                "|---|---|---|---|---|---|---|"]
+        for r in results["qat-fashion"]:
+            if "error" in r:
+                out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {r['error']} | | | |")
+                continue
+            out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {100 * r['accuracy']:.2f} % | "
+                       f"{100 * r['float_accuracy']:.2f} % | {r['init_seconds']:.1f} | {r['epoch_seconds']:.1f} |")
+        out.append("")
+    if "qat-mobilenet" in results:
+        out += ["| setting | model | top-1 agreement | SQNR (dB) | labelled top-1 | time / size / latency |",
+                "|---|---|---|---|---|---|"]
+        for r in results["qat-mobilenet"]:
+            cost = (f"init {r['seconds']:.1f} s" if "seconds" in r else f"{r['step_seconds']:.2f} s per step"
+                    if "step_seconds" in r else f"{r['size_mb']:.2f} MB, {r['latency_ms']:.2f} ms ({r['speedup']:.2f}x float)")
+            if "worst_layer_steps" in r:
+                cost += f"; worst of {r['layers_compared']} layers {r['worst_layer_steps']:.0f} step from the simulation"
+            out.append(f"| {r['setting']} | {r['tool']} | {r['agreement']:.1f} % | {r['sqnr']:.2f} | "
+                       f"{r['labelled']}/{r['n_labelled']} (float {r['float_labelled']}) | {cost} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", nargs="+", default=["gptq", "qat-fashion", "qat-mobilenet"])
@@ -258,9 +293,13 @@ def main(argv=None) -> None:
     ap.add_argument("--qat-crops", type=int, default=512, help="MobileNetV2 QAT training crops")
     ap.add_argument("--qat-lr", type=float, default=1e-5)
     ap.add_argument("--hessian", choices=["both", "on", "off"], default="both", help="GPTQ with / without Hessian weights")
+    ap.add_argument("--render", action="store_true", help="print the tables of the results file and stop")
     args = ap.parse_args(argv)
-    torch.set_num_threads(2)
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
+    if args.render:
+        print(render(results))
+        return
+    torch.set_num_threads(2)
     for part in args.parts:
         results[part] = {"gptq": gptq_part, "qat-fashion": qat_fashion_part,
                           "qat-mobilenet": qat_mobilenet_part}[part](args)
