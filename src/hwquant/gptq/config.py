@@ -9,6 +9,7 @@ from typing import Annotated, Any, Dict, Optional
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from hwquant.core.config import Flag, OptCallable, ValidatedConfig, _rule, as_int, as_real, enum_coercer
+from hwquant.errors import InvalidConfigError
 from hwquant.trainable_infrastructure.common import quantizer_params_override
 
 __all__ = ["RoundingType", "GPTQHessianScoresConfig", "QFractionLinearAnnealingConfig",
@@ -152,3 +153,13 @@ def gptq_config_with_defaults(n_epochs: int, optimizer: Any, optimizer_rest: Any
         n_epochs=n_epochs, loss=loss, optimizer=optimizer, optimizer_rest=optimizer_rest, train_bias=True,
         hessian_weights_config=hessian, gradual_activation_quantization_config=gradual,
         regularization_factor=regularization_factor, log_function=log_function, optimizer_bias=optimizer_bias)
+
+
+def checked_gptq_quantizer_args(owner: str, quantization_parameter_learning: Any, max_lsbs_change: Any = 1.0) -> tuple:
+    """A GPTQ weight quantizer's own arguments, checked (``owner``: its class name for the message)."""
+    if not isinstance(quantization_parameter_learning, bool):
+        raise InvalidConfigError(f"{owner}: quantization_parameter_learning must be a bool, "
+                                 f"got {quantization_parameter_learning!r}")
+    if not isinstance(max_lsbs_change, (int, float)) or isinstance(max_lsbs_change, bool) or max_lsbs_change <= 0:
+        raise InvalidConfigError(f"{owner}: max_lsbs_change must be a number > 0, got {max_lsbs_change!r}")
+    return quantization_parameter_learning, float(max_lsbs_change)

@@ -25,7 +25,7 @@ from torch import nn
 
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
-from hwquant.gptq.config import RoundingType
+from hwquant.gptq.config import RoundingType, checked_gptq_quantizer_args
 from hwquant.gptq.soft_rounding import SOFT_ROUNDING_GAMMA, SOFT_ROUNDING_ZETA
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
@@ -42,9 +42,7 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
     freeze_by_default = True
 
     def __init__(self, quantization_config, quantization_parameter_learning: bool = False):
-        if not isinstance(quantization_parameter_learning, bool):
-            raise InvalidConfigError(f"{type(self).__name__}: quantization_parameter_learning must be a bool, "
-                                     f"got {quantization_parameter_learning!r}")
+        checked_gptq_quantizer_args(type(self).__name__, quantization_parameter_learning)
         super().__init__(quantization_config, freeze_quant_params=not quantization_parameter_learning)
         self.quantization_parameter_learning = quantization_parameter_learning
         self.auxvar: nn.Parameter = nn.Parameter(torch.zeros(0))
@@ -112,9 +110,8 @@ class _STERounding(BasePytorchGPTQTrainableQuantizer):
     def __init__(self, quantization_config, quantization_parameter_learning: bool = False,
                  max_lsbs_change: float = 1.0):
         super().__init__(quantization_config, quantization_parameter_learning)
-        if not isinstance(max_lsbs_change, (int, float)) or isinstance(max_lsbs_change, bool) or max_lsbs_change <= 0:
-            raise InvalidConfigError(f"{type(self).__name__}: max_lsbs_change must be a number > 0, got {max_lsbs_change!r}")
-        self.max_lsbs_change = float(max_lsbs_change)
+        _, self.max_lsbs_change = checked_gptq_quantizer_args(type(self).__name__, quantization_parameter_learning,
+                                                              max_lsbs_change)
 
     def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(w)
