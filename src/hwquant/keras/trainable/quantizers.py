@@ -63,49 +63,22 @@ class TrainableAffineQuantizer(BaseKerasTrainableQuantizer):
 
 
 # ------------------------------------------------------------------------------ registered classes
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, SYMMETRIC_METHODS, TrainingMethod.STE)
-class STESymmetricWeightsTrainableQuantizer(TrainableAffineQuantizer, BaseKerasWeightTrainableQuantizer):
-    freeze_by_default = True
+def _registered(name: str, target: QuantizationTarget, methods: list, training: TrainingMethod) -> type:
+    """The registered (and Keras-serializable) quantizer class ``name``, with the defaults of the module docstring."""
+    weights = target == QuantizationTarget.Weights
+    base = BaseKerasWeightTrainableQuantizer if weights else BaseKerasActivationTrainableQuantizer
+    attributes = {"__module__": __name__, "freeze_by_default": weights and training == TrainingMethod.STE,
+                  "learn_rounding": training == TrainingMethod.LSQ}
+    cls = mark_quantizer(target, methods, training)(type(name, (TrainableAffineQuantizer, base), attributes))
+    return keras.saving.register_keras_serializable(_PACKAGE)(cls)
 
 
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, SYMMETRIC_METHODS, TrainingMethod.LSQ)
-class LSQSymmetricWeightsTrainableQuantizer(TrainableAffineQuantizer, BaseKerasWeightTrainableQuantizer):
-    learn_rounding = True
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, UNIFORM_METHODS, TrainingMethod.STE)
-class STEUniformWeightsTrainableQuantizer(TrainableAffineQuantizer, BaseKerasWeightTrainableQuantizer):
-    freeze_by_default = True
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, UNIFORM_METHODS, TrainingMethod.LSQ)
-class LSQUniformWeightsTrainableQuantizer(TrainableAffineQuantizer, BaseKerasWeightTrainableQuantizer):
-    learn_rounding = True
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Activation, SYMMETRIC_METHODS, TrainingMethod.STE)
-class STESymmetricActivationTrainableQuantizer(TrainableAffineQuantizer, BaseKerasActivationTrainableQuantizer):
-    pass
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Activation, SYMMETRIC_METHODS, TrainingMethod.LSQ)
-class LSQSymmetricActivationTrainableQuantizer(TrainableAffineQuantizer, BaseKerasActivationTrainableQuantizer):
-    learn_rounding = True
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Activation, UNIFORM_METHODS, TrainingMethod.STE)
-class STEUniformActivationTrainableQuantizer(TrainableAffineQuantizer, BaseKerasActivationTrainableQuantizer):
-    pass
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Activation, UNIFORM_METHODS, TrainingMethod.LSQ)
-class LSQUniformActivationTrainableQuantizer(TrainableAffineQuantizer, BaseKerasActivationTrainableQuantizer):
-    learn_rounding = True
+_W, _A, _STE, _LSQ = QuantizationTarget.Weights, QuantizationTarget.Activation, TrainingMethod.STE, TrainingMethod.LSQ
+STESymmetricWeightsTrainableQuantizer = _registered("STESymmetricWeightsTrainableQuantizer", _W, SYMMETRIC_METHODS, _STE)
+LSQSymmetricWeightsTrainableQuantizer = _registered("LSQSymmetricWeightsTrainableQuantizer", _W, SYMMETRIC_METHODS, _LSQ)
+STEUniformWeightsTrainableQuantizer = _registered("STEUniformWeightsTrainableQuantizer", _W, UNIFORM_METHODS, _STE)
+LSQUniformWeightsTrainableQuantizer = _registered("LSQUniformWeightsTrainableQuantizer", _W, UNIFORM_METHODS, _LSQ)
+STESymmetricActivationTrainableQuantizer = _registered("STESymmetricActivationTrainableQuantizer", _A, SYMMETRIC_METHODS, _STE)
+LSQSymmetricActivationTrainableQuantizer = _registered("LSQSymmetricActivationTrainableQuantizer", _A, SYMMETRIC_METHODS, _LSQ)
+STEUniformActivationTrainableQuantizer = _registered("STEUniformActivationTrainableQuantizer", _A, UNIFORM_METHODS, _STE)
+LSQUniformActivationTrainableQuantizer = _registered("LSQUniformActivationTrainableQuantizer", _A, UNIFORM_METHODS, _LSQ)

@@ -44,41 +44,21 @@ class TrainableAffineQuantizer(BasePytorchTrainableQuantizer):
 
 
 # ------------------------------------------------------------------------------ registered classes
-@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, TrainingMethod.STE)
-class STESymmetricWeightsTrainableQuantizer(TrainableAffineQuantizer):
-    freeze_by_default = True
+def _registered(name: str, target: QuantizationTarget, methods: list, training: TrainingMethod) -> type:
+    """The registered quantizer class ``name``, with the defaults of the module docstring."""
+    weights = target == QuantizationTarget.Weights
+    bases = (TrainableAffineQuantizer,) if weights else (TrainableAffineQuantizer, BasePytorchActivationTrainableQuantizer)
+    attributes = {"__module__": __name__, "freeze_by_default": weights and training == TrainingMethod.STE,
+                  "learn_rounding": training == TrainingMethod.LSQ}
+    return mark_quantizer(target, methods, training)(type(name, bases, attributes))
 
 
-@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, TrainingMethod.LSQ)
-class LSQSymmetricWeightsTrainableQuantizer(TrainableAffineQuantizer):
-    learn_rounding = True
-
-
-@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, TrainingMethod.STE)
-class STEUniformWeightsTrainableQuantizer(TrainableAffineQuantizer):
-    freeze_by_default = True
-
-
-@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, TrainingMethod.LSQ)
-class LSQUniformWeightsTrainableQuantizer(TrainableAffineQuantizer):
-    learn_rounding = True
-
-
-@mark_quantizer(QuantizationTarget.Activation, _SYMMETRIC, TrainingMethod.STE)
-class STESymmetricActivationTrainableQuantizer(TrainableAffineQuantizer, BasePytorchActivationTrainableQuantizer):
-    pass
-
-
-@mark_quantizer(QuantizationTarget.Activation, _SYMMETRIC, TrainingMethod.LSQ)
-class LSQSymmetricActivationTrainableQuantizer(TrainableAffineQuantizer, BasePytorchActivationTrainableQuantizer):
-    learn_rounding = True
-
-
-@mark_quantizer(QuantizationTarget.Activation, _UNIFORM, TrainingMethod.STE)
-class STEUniformActivationTrainableQuantizer(TrainableAffineQuantizer, BasePytorchActivationTrainableQuantizer):
-    pass
-
-
-@mark_quantizer(QuantizationTarget.Activation, _UNIFORM, TrainingMethod.LSQ)
-class LSQUniformActivationTrainableQuantizer(TrainableAffineQuantizer, BasePytorchActivationTrainableQuantizer):
-    learn_rounding = True
+_W, _A, _STE, _LSQ = QuantizationTarget.Weights, QuantizationTarget.Activation, TrainingMethod.STE, TrainingMethod.LSQ
+STESymmetricWeightsTrainableQuantizer = _registered("STESymmetricWeightsTrainableQuantizer", _W, _SYMMETRIC, _STE)
+LSQSymmetricWeightsTrainableQuantizer = _registered("LSQSymmetricWeightsTrainableQuantizer", _W, _SYMMETRIC, _LSQ)
+STEUniformWeightsTrainableQuantizer = _registered("STEUniformWeightsTrainableQuantizer", _W, _UNIFORM, _STE)
+LSQUniformWeightsTrainableQuantizer = _registered("LSQUniformWeightsTrainableQuantizer", _W, _UNIFORM, _LSQ)
+STESymmetricActivationTrainableQuantizer = _registered("STESymmetricActivationTrainableQuantizer", _A, _SYMMETRIC, _STE)
+LSQSymmetricActivationTrainableQuantizer = _registered("LSQSymmetricActivationTrainableQuantizer", _A, _SYMMETRIC, _LSQ)
+STEUniformActivationTrainableQuantizer = _registered("STEUniformActivationTrainableQuantizer", _A, _UNIFORM, _STE)
+LSQUniformActivationTrainableQuantizer = _registered("LSQUniformActivationTrainableQuantizer", _A, _UNIFORM, _LSQ)
