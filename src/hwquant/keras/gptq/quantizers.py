@@ -117,25 +117,13 @@ class _STERounding(BaseKerasGPTQTrainableQuantizer):
 
 
 # ------------------------------------------------------------------------------ registered classes
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, SYMMETRIC_METHODS, RoundingType.SoftQuantizer)
-class SymmetricSoftRoundingGPTQ(_SoftRounding):
-    """Soft rounding on a symmetric / power-of-two grid (the threshold learns only if asked)."""
+def _registered(name: str, methods: list, rounding: RoundingType, base: type) -> type:
+    """The registered (and Keras-serializable) ``base`` quantizer for the grids of ``methods``."""
+    cls = mark_quantizer(QuantizationTarget.Weights, methods, rounding)(type(name, (base,), {"__module__": __name__}))
+    return keras.saving.register_keras_serializable(_PACKAGE)(cls)
 
 
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, UNIFORM_METHODS, RoundingType.SoftQuantizer)
-class UniformSoftRoundingGPTQ(_SoftRounding):
-    """Soft rounding on a uniform grid (scale and zero point learn only if asked)."""
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, SYMMETRIC_METHODS, RoundingType.STE)
-class STESymmetricGPTQ(_STERounding):
-    """Straight-through rounding of shifted weights on a symmetric / power-of-two grid."""
-
-
-@keras.saving.register_keras_serializable(_PACKAGE)
-@mark_quantizer(QuantizationTarget.Weights, UNIFORM_METHODS, RoundingType.STE)
-class STEUniformGPTQ(_STERounding):
-    """Straight-through rounding of shifted weights on a uniform grid."""
+SymmetricSoftRoundingGPTQ = _registered("SymmetricSoftRoundingGPTQ", SYMMETRIC_METHODS, RoundingType.SoftQuantizer, _SoftRounding)
+UniformSoftRoundingGPTQ = _registered("UniformSoftRoundingGPTQ", UNIFORM_METHODS, RoundingType.SoftQuantizer, _SoftRounding)
+STESymmetricGPTQ = _registered("STESymmetricGPTQ", SYMMETRIC_METHODS, RoundingType.STE, _STERounding)
+STEUniformGPTQ = _registered("STEUniformGPTQ", UNIFORM_METHODS, RoundingType.STE, _STERounding)

@@ -33,7 +33,6 @@ from hwquant.torch.trainable.quantizers import _SYMMETRIC, _UNIFORM, TrainableAf
 from hwquant.trainable_infrastructure.common import QuantizationTarget, VariableGroup, mark_quantizer
 
 
-
 class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
     """Base of GPTQ weight quantizers. ``quantization_parameter_learning`` (MCT's override key) also
     learns the threshold / scale; by default the PTQ grid stays. The rounding variables are created by
@@ -127,21 +126,13 @@ class _STERounding(BasePytorchGPTQTrainableQuantizer):
 
 
 # ------------------------------------------------------------------------------ registered classes
-@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.SoftQuantizer)
-class SymmetricSoftRoundingGPTQ(_SoftRounding, TrainableAffineQuantizer):
-    """Soft rounding on a symmetric / power-of-two grid (the threshold learns only if asked)."""
+def _registered(name: str, methods: list, rounding: RoundingType, base: type) -> type:
+    """The registered ``base`` quantizer for the grids of ``methods``."""
+    cls = type(name, (base, TrainableAffineQuantizer), {"__module__": __name__})
+    return mark_quantizer(QuantizationTarget.Weights, methods, rounding)(cls)
 
 
-@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.SoftQuantizer)
-class UniformSoftRoundingGPTQ(_SoftRounding, TrainableAffineQuantizer):
-    """Soft rounding on a uniform grid (scale and zero point learn only if asked)."""
-
-
-@mark_quantizer(QuantizationTarget.Weights, _SYMMETRIC, RoundingType.STE)
-class STESymmetricGPTQ(_STERounding, TrainableAffineQuantizer):
-    """Straight-through rounding of shifted weights on a symmetric / power-of-two grid."""
-
-
-@mark_quantizer(QuantizationTarget.Weights, _UNIFORM, RoundingType.STE)
-class STEUniformGPTQ(_STERounding, TrainableAffineQuantizer):
-    """Straight-through rounding of shifted weights on a uniform grid."""
+SymmetricSoftRoundingGPTQ = _registered("SymmetricSoftRoundingGPTQ", _SYMMETRIC, RoundingType.SoftQuantizer, _SoftRounding)
+UniformSoftRoundingGPTQ = _registered("UniformSoftRoundingGPTQ", _UNIFORM, RoundingType.SoftQuantizer, _SoftRounding)
+STESymmetricGPTQ = _registered("STESymmetricGPTQ", _SYMMETRIC, RoundingType.STE, _STERounding)
+STEUniformGPTQ = _registered("STEUniformGPTQ", _UNIFORM, RoundingType.STE, _STERounding)
