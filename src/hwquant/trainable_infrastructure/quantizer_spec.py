@@ -123,6 +123,19 @@ class TrainableQuantizerSpec:
                                      f"(a scalar or a 1-D array), got {a.tolist()!r}")
         return a.reshape(()) if self.channel_axis is None else a.reshape(-1)
 
+    def check_tensor_shape(self, tensor_shape: Sequence[Any], name: str, channels: int) -> None:
+        """Refuse a tensor to quantize that the quantizer's axis or its ``channels`` parameters do not fit."""
+        axis = self.channel_axis
+        if axis is None:
+            return
+        shape = tuple(tensor_shape)
+        if not -len(shape) <= axis < len(shape):
+            raise InvalidConfigError(f"{type(self).__name__} for '{name}': channel axis {axis} does not exist in a "
+                                     f"tensor of shape {shape}")
+        if channels not in (1, shape[axis]):
+            raise InvalidConfigError(f"{type(self).__name__} for '{name}': {channels} per-channel parameters but the "
+                                     f"tensor has {shape[axis]} channels along axis {axis}")
+
     # -------------------------------------------------------------- the learned variables and their grid
     def initial_values(self) -> Dict[str, np.ndarray]:
         """{variable name: float32 starting value}: the PTQ grid, exactly."""

@@ -45,15 +45,7 @@ class BaseKerasTrainableQuantizer(TrainableQuantizerSpec, ABC):
     def initialize_quantization(self, tensor_shape: Sequence[Any], name: str, layer: Any) -> None:
         """Create the learned variables on ``layer`` (the wrapper or holder that owns this quantizer),
         starting at the PTQ grid, after checking them against the shape of the tensor to quantize."""
-        axis, shape = self.channel_axis, tuple(tensor_shape)
-        if axis is not None:
-            if not -len(shape) <= axis < len(shape):
-                raise InvalidConfigError(f"{type(self).__name__} for '{name}': channel axis {axis} does not exist in "
-                                         f"a tensor of shape {shape}")
-            channels = max((v.size for v in self._initial.values()), default=1)
-            if channels not in (1, shape[axis]):
-                raise InvalidConfigError(f"{type(self).__name__} for '{name}': {channels} per-channel parameters but "
-                                         f"the tensor has {shape[axis]} channels along axis {axis}")
+        self.check_tensor_shape(tensor_shape, name, max((v.size for v in self._initial.values()), default=1))
         for key, value in self._initial.items():
             var = layer.add_weight(name=f"{name}_{key}" if name else key, shape=value.shape, initializer="zeros",
                                    trainable=not self.freeze_quant_params)

@@ -64,17 +64,7 @@ class BasePytorchTrainableQuantizer(nn.Module, TrainableQuantizerSpec, ABC):
     def initialize_quantization(self, tensor_shape: Sequence[int], name: str = "", layer: Any = None) -> None:
         """Check the quantizer against the shape of the tensor it will quantize (the documented API's
         hook; the parameters themselves are created with the quantizer)."""
-        axis = self.channel_axis
-        if axis is None:
-            return
-        shape = tuple(tensor_shape)
-        if not -len(shape) <= axis < len(shape):
-            raise InvalidConfigError(f"{type(self).__name__} for '{name}': channel axis {axis} does not exist in a "
-                                     f"tensor of shape {shape}")
-        channels = max((p.numel() for p in self.quantization_parameters()), default=1)
-        if channels not in (1, shape[axis]):
-            raise InvalidConfigError(f"{type(self).__name__} for '{name}': {channels} per-channel parameters but the "
-                                     f"tensor has {shape[axis]} channels along axis {axis}")
+        self.check_tensor_shape(tensor_shape, name, max((p.numel() for p in self.quantization_parameters()), default=1))
 
     def quantization_parameters(self) -> List[nn.Parameter]:
         """The parameters that define the grid (trainable or frozen)."""
