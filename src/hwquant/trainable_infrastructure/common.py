@@ -132,3 +132,16 @@ def quantizer_params_override(v: Any) -> Dict[str, Any]:
 def registered_quantizers() -> Dict[_Key, List[type]]:
     """A copy of the registry (for listing what is available)."""
     return {k: list(v) for k, v in _REGISTRY.items()}
+
+
+def no_trainable_quantizers(quantized: bool, method: Optional[str], framework: str) -> str:
+    """Why a model without trainable quantizers cannot be finalized: ``quantized`` (it has quantizers),
+    ``method`` (of its metadata), ``framework`` ("keras" / "pytorch") naming its QAT init."""
+    init = f"mct.qat.{framework}_quantization_aware_training_init_experimental (after training)"
+    if not quantized:
+        return f"the model has no trainable quantizers (it is not quantized): pass the model returned by {init}"
+    if method == "qat":
+        return ("the model is already finalized: its quantizers are the fixed, inferable ones. Use it as it is, "
+                "or finalize the QAT model it came from again (finalize leaves that model unchanged)")
+    return ("the model is already an inferable quantized model (its quantizers are fixed, as post-training "
+            f"quantization returns them) and has no trainable quantizers: pass the model returned by {init}")

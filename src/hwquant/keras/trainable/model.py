@@ -20,6 +20,7 @@ from hwquant.keras.builder import build_model
 from hwquant.keras.quantized_model import HOLDER_SUFFIX, QuantizationBlocks, activation_quantizer, quantized_weights
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 from hwquant.keras.trainable.base import BaseKerasTrainableQuantizer
+from hwquant.trainable_infrastructure.common import no_trainable_quantizers
 
 
 class TrainableBlocks(QuantizationBlocks):
@@ -68,20 +69,6 @@ def trainable_quantizers(model: Any) -> List[Tuple[Any, Optional[str], BaseKeras
     return found
 
 
-def _no_trainable_quantizers(model: Any) -> str:
-    """Why a model without trainable quantizers cannot be finalized, for the model it is."""
-    layers = getattr(model, "layers", [])
-    if not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder)) for layer in layers):
-        return ("the model has no trainable quantizers (it is not quantized): pass the model returned by "
-                "mct.qat.keras_quantization_aware_training_init_experimental (after training)")
-    if (getattr(model, "hwquant_metadata", None) or {}).get("method") == "qat":
-        return ("the model is already finalized: its quantizers are the fixed, inferable ones. Use it as it is, "
-                "or finalize the QAT model it came from again (finalize leaves that model unchanged)")
-    return ("the model is already an inferable quantized model (its quantizers are fixed, as post-training "
-            "quantization returns them) and has no trainable quantizers: pass the model returned by "
-            "mct.qat.keras_quantization_aware_training_init_experimental (after training)")
-
-
 def _check_finite(model: Any) -> None:
     diverged = sorted({v.path.rsplit("/", 1)[0] for v in model.weights
                        if not np.isfinite(np.asarray(keras.ops.convert_to_numpy(v.value), np.float64)).all()})
@@ -100,7 +87,10 @@ def convert_to_inferable(model: Any) -> Any:
         raise InvalidConfigError(f"expected the keras.Model returned by the QAT / GPTQ init, got {type(model).__name__}")
     found = trainable_quantizers(model)
     if not found:
-        raise InvalidConfigError(_no_trainable_quantizers(model))
+        quantized = any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder))
+                        for layer in getattr(model, "layers", []))
+        method = (getattr(model, "hwquant_metadata", None) or {}).get("method")
+        raise InvalidConfigError(no_trainable_quantizers(quantized, method, "keras"))
     _check_finite(model)
     converted: Dict[Tuple[str, Optional[str]], Any] = {}
     kernels: Dict[str, Dict[str, np.ndarray]] = {}

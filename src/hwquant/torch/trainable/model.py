@@ -24,6 +24,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
 from hwquant.torch.quantizers import PytorchQuantizationWrapper, _integer_kernel, quantizer_slots, set_quantizer
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
+from hwquant.trainable_infrastructure.common import no_trainable_quantizers
 
 
 class TrainableQuantizerFactory(QuantizerFactory):
@@ -78,22 +79,6 @@ def trainable_quantizers(model: nn.Module) -> Iterator[Tuple[nn.Module, Optional
             yield owner, weight, q
 
 
-def _no_trainable_quantizers(model: nn.Module) -> str:
-    """Why a model without trainable quantizers cannot be finalized, for the model it is."""
-    from hwquant.torch.metadata import read_metadata
-
-    if next(quantizer_slots(model), None) is None:
-        return ("the model has no trainable quantizers (it is not quantized): pass the model returned by "
-                "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
-    method = (read_metadata(model) or {}).get("method")
-    if method == "qat":
-        return ("the model is already finalized: its quantizers are the fixed, inferable ones. Use it as it is, "
-                "or finalize the QAT model it came from again (finalize leaves that model unchanged)")
-    return ("the model is already an inferable quantized model (its quantizers are fixed, as post-training "
-            "quantization returns them) and has no trainable quantizers: pass the model returned by "
-            "mct.qat.pytorch_quantization_aware_training_init_experimental (after training)")
-
-
 def copy_model(model: nn.Module) -> nn.Module:
     """A deep copy of ``model``, keeping the plain attributes torch.fx drops when it copies a
     GraphModule (node_to_activation_quantization_holder, a user's own)."""
@@ -113,7 +98,10 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
         raise InvalidConfigError(f"expected the torch.nn.Module returned by the QAT / GPTQ init, got {type(model).__name__}")
     found = list(trainable_quantizers(model))
     if not found:
-        raise InvalidConfigError(_no_trainable_quantizers(model))
+        from hwquant.torch.metadata import read_metadata
+
+        method = (read_metadata(model) or {}).get("method")
+        raise InvalidConfigError(no_trainable_quantizers(next(quantizer_slots(model), None) is not None, method, "pytorch"))
     names = {id(m): n for n, m in model.named_modules()}
     diverged = [name for name, t in list(model.named_parameters()) + list(model.named_buffers())
                 if t.is_floating_point() and not bool(torch.isfinite(t).all())]
