@@ -149,9 +149,6 @@ class PytorchActivationQuantizationHolder(_MctqHolder):
     """Holds the activation quantizer applied to a layer's output (mct-quantizers' holder; a
     trainable quantizer, an nn.Module, is registered as its submodule)."""
 
-    def __init__(self, activation_holder_quantizer):
-        super().__init__(activation_holder_quantizer)
-
     def extra_repr(self) -> str:
         q = self.activation_holder_quantizer
         return "" if isinstance(q, nn.Module) else repr(q)
