@@ -13,7 +13,7 @@ from hwquant.lazy import lazy_table
 
 _FACADES = {"pytorch_resource_utilization_data": "hwquant.torch.facade",
             "keras_resource_utilization_data": "hwquant.keras.facade"}
-_facade, _facade_names = lazy_table("hwquant.core", _FACADES)
+_facade, _facade_names = lazy_table(__name__, _FACADES)
 
 
 def __getattr__(name: str):

@@ -5,7 +5,7 @@ from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSer
 from hwquant.exporter import model_wrapper  # noqa: F401 (mct.exporter.model_wrapper...)
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.exporter", {
+__getattr__, __dir__ = lazy_table(__name__, {
     "pytorch_export_model": "hwquant.torch.export",
     "is_pytorch_layer_exportable": "hwquant.torch.export_model",
     "save_quantized_model": "hwquant.torch.saved_model",

@@ -5,7 +5,7 @@ from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # 
 from hwquant.gptq import keras  # noqa: F401 (mct.gptq.keras.quantizer...: MCT's module paths, framework-free tables)
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.gptq", {
+__getattr__, __dir__ = lazy_table(__name__, {
     "get_pytorch_gptq_config": "hwquant.torch.gptq.config",
     "pytorch_gradient_post_training_quantization": "hwquant.torch.gptq.facade",
     "get_keras_gptq_config": "hwquant.keras.gptq.config",

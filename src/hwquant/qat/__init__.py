@@ -5,7 +5,7 @@ from hwquant.qat import keras  # noqa: F401 (mct.qat.keras.quantizer...)
 from hwquant.qat.config import QATConfig  # noqa: F401
 from hwquant.trainable_infrastructure.common import TrainingMethod  # noqa: F401
 
-__getattr__, __dir__ = lazy_table("hwquant.qat", {
+__getattr__, __dir__ = lazy_table(__name__, {
     "pytorch_quantization_aware_training_init_experimental": "hwquant.torch.qat",
     "pytorch_quantization_aware_training_finalize_experimental": "hwquant.torch.qat",
     "keras_quantization_aware_training_init_experimental": "hwquant.keras.qat",

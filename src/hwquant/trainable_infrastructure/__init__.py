@@ -14,7 +14,7 @@ from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivatio
                                                      TrainableQuantizerCandidateConfig, TrainableQuantizerWeightsConfig)
 
 _TORCH = "hwquant.torch.trainable"
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure", {
+__getattr__, __dir__ = lazy_table(__name__, {
     **{name: _TORCH for name in (
         "BasePytorchTrainableQuantizer", "BasePytorchActivationTrainableQuantizer",
         "LSQSymmetricActivationTrainableQuantizer", "LSQSymmetricWeightsTrainableQuantizer",

@@ -2,6 +2,4 @@
 the base of trainable Keras quantizers (hwquant.keras.trainable)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.base_keras_quantizer", {
-    "BaseKerasTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"BaseKerasTrainableQuantizer": "hwquant.keras.trainable"}, globals())

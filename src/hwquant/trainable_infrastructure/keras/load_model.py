@@ -2,6 +2,4 @@
 loading a quantized Keras model (trainable quantizers too)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.load_model", {
-    "keras_load_quantized_model": "hwquant.keras.facade",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"keras_load_quantized_model": "hwquant.keras.facade"}, globals())

@@ -2,6 +2,4 @@
 the wrapper of trainable quantizers, hwquant's one Keras wrapper."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.quantize_wrapper", {
-    "KerasTrainableQuantizationWrapper": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"KerasTrainableQuantizationWrapper": "hwquant.keras.mct_paths"}, globals())

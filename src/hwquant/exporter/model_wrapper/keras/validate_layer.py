@@ -2,6 +2,4 @@
 the check of one quantized Keras layer."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.exporter.model_wrapper.keras.validate_layer", {
-    "is_keras_layer_exportable": "hwquant.keras.export",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"is_keras_layer_exportable": "hwquant.keras.export"}, globals())

@@ -2,6 +2,6 @@
 the base of trainable activation quantizers."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.activation_quantizers.base_activation_quantizer", {
+__getattr__, __dir__ = lazy_table(__name__, {
     "BaseKerasActivationTrainableQuantizer": "hwquant.keras.trainable",
 }, globals())

@@ -2,6 +2,4 @@
 the exportable Keras model."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.exporter.model_wrapper.keras.builder.fully_quantized_model_builder", {
-    "get_exportable_keras_model": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"get_exportable_keras_model": "hwquant.keras.mct_paths"}, globals())

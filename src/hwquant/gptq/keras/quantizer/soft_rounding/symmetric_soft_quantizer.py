@@ -2,6 +2,4 @@
 soft rounding, power-of-two / symmetric."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.gptq.keras.quantizer.soft_rounding.symmetric_soft_quantizer", {
-    "SymmetricSoftRoundingGPTQ": "hwquant.keras.gptq.quantizers",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"SymmetricSoftRoundingGPTQ": "hwquant.keras.gptq.quantizers"}, globals())

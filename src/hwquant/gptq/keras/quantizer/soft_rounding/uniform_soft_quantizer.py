@@ -2,6 +2,4 @@
 soft rounding, uniform."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.gptq.keras.quantizer.soft_rounding.uniform_soft_quantizer", {
-    "UniformSoftRoundingGPTQ": "hwquant.keras.gptq.quantizers",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"UniformSoftRoundingGPTQ": "hwquant.keras.gptq.quantizers"}, globals())

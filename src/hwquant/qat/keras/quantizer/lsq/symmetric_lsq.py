@@ -2,6 +2,4 @@
 the LSQ weight quantizer, power-of-two / symmetric (hwquant's LSQSymmetricWeightsTrainableQuantizer)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.lsq.symmetric_lsq", {
-    "LSQWeightQATQuantizer": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"LSQWeightQATQuantizer": "hwquant.keras.mct_paths"}, globals())

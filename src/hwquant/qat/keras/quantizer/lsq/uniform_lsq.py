@@ -2,6 +2,4 @@
 the LSQ weight quantizer, uniform (hwquant's LSQUniformWeightsTrainableQuantizer)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.lsq.uniform_lsq", {
-    "LSQUniformWeightQATQuantizer": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"LSQUniformWeightQATQuantizer": "hwquant.keras.mct_paths"}, globals())

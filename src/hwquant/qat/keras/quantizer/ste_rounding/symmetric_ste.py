@@ -2,6 +2,4 @@
 the STE weight quantizer, power-of-two / symmetric (hwquant's STESymmetricWeightsTrainableQuantizer)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.ste_rounding.symmetric_ste", {
-    "STEWeightQATQuantizer": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"STEWeightQATQuantizer": "hwquant.keras.mct_paths"}, globals())

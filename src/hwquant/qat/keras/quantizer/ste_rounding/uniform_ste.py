@@ -2,6 +2,4 @@
 the STE weight quantizer, uniform (hwquant's STEUniformWeightsTrainableQuantizer)."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.qat.keras.quantizer.ste_rounding.uniform_ste", {
-    "STEUniformWeightQATQuantizer": "hwquant.keras.mct_paths",
-}, globals())
+__getattr__, __dir__ = lazy_table(__name__, {"STEUniformWeightQATQuantizer": "hwquant.keras.mct_paths"}, globals())

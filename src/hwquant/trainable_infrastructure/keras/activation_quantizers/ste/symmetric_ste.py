@@ -2,6 +2,6 @@
 the STE activation quantizer, power-of-two / symmetric."""
 from hwquant.lazy import lazy_table
 
-__getattr__, __dir__ = lazy_table("hwquant.trainable_infrastructure.keras.activation_quantizers.ste.symmetric_ste", {
+__getattr__, __dir__ = lazy_table(__name__, {
     "STESymmetricActivationTrainableQuantizer": "hwquant.keras.trainable",
 }, globals())
