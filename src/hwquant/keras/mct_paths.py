@@ -15,9 +15,10 @@ from hwquant.core.config import UserInformation
 from hwquant.errors import ExportError
 from hwquant.keras.gptq.quantizers import STESymmetricGPTQ
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
-from hwquant.keras.trainable import (BaseKerasTrainableQuantizer, BaseKerasWeightTrainableQuantizer,
+from hwquant.keras.trainable import (BaseKerasWeightTrainableQuantizer,
                                      LSQSymmetricWeightsTrainableQuantizer, LSQUniformWeightsTrainableQuantizer,
                                      STESymmetricWeightsTrainableQuantizer, STEUniformWeightsTrainableQuantizer)
+from hwquant.keras.trainable.model import trainable_quantizers
 
 # mct.trainable_infrastructure: the wrapper holding trainable quantizers is hwquant's one wrapper
 KerasTrainableQuantizationWrapper = KerasQuantizationWrapper
@@ -41,11 +42,7 @@ def get_exportable_keras_model(model: Any) -> Tuple[Any, UserInformation]:
     if not isinstance(model, keras.Model):
         raise ExportError(f"get_exportable_keras_model takes the keras.Model a hwquant facade returns (hwquant has no "
                           f"MCT graph to build it from), got {type(model).__name__}")
-    trainable = [layer.name for layer in model.layers
-                 if (isinstance(layer, KerasQuantizationWrapper)
-                     and any(isinstance(q, BaseKerasTrainableQuantizer) for q in layer.weights_quantizers.values()))
-                 or (isinstance(layer, KerasActivationQuantizationHolder)
-                     and isinstance(layer.activation_holder_quantizer, BaseKerasTrainableQuantizer))]
+    trainable = list(dict.fromkeys(layer.name for layer, _, _ in trainable_quantizers(model)))
     if trainable:
         raise ExportError(f"layers {trainable[:8]} hold trainable quantizers: call "
                           "mct.qat.keras_quantization_aware_training_finalize_experimental(model) first")
