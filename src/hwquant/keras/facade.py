@@ -70,7 +70,7 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
                                  target_platform_capabilities)
         # (the bias-correction judge's model is this graph's quantized model: no second build)
         model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
-    model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq")
+    model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras", "ptq", state)
     log.info("post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, user_information(state, state.adapter)
 

@@ -42,7 +42,7 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
     session, state = run_pytorch_ptq(in_module, representative_data_gen, target_resource_utilization, core_config,
                                      target_platform_capabilities)
     model = session.adapter.build(state.graph, quantized=True).eval()
-    attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq"))
+    attach_metadata(model, quantization_metadata(session.state.tpc, core_config, "pytorch", "ptq", state))
     log.info("post-training quantization of %s took %.1f s (%d fused groups, %d batch-norms folded)",
              state.graph.name, time.perf_counter() - start, len(state.fused_groups),
              state.report.folded_batch_norms)

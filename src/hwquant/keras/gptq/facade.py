@@ -65,7 +65,7 @@ def keras_gradient_post_training_quantization(
             state.report.bias_corrected = len(info_dict["bias_corrected"])
         model = adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras",
-                                                   "gptq" if gptq_config is not None else "ptq")
+                                                   "gptq" if gptq_config is not None else "ptq", state)
     info = user_information(state, adapter)
     info.gptq_info_dict = info_dict
     log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)

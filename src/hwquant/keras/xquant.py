@@ -1,0 +1,136 @@
+"""mct.xquant's Keras facades (MCT has the plain report for Keras; the troubleshooting one is hwquant's)
+and the report's Keras back end (the report itself: hwquant.xquant)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+
+import keras
+import numpy as np
+
+from hwquant.xquant.analysis import XQuantInputError
+from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
+from hwquant.xquant.config import XQuantConfig
+from hwquant.xquant.report import RunSettings, generate_report, settings_for
+
+HOLDER_SUFFIX = "_activation_holder_quantizer"
+WRAPPER_PREFIX = "quant_"
+
+
+def _facts(quantizer: Any) -> Any:
+    if not all(hasattr(quantizer, a) for a in ("method", "num_bits", "params")):
+        return None
+    return QuantizerFacts(quantizer.method, quantizer.num_bits, dict(quantizer.params),
+                          getattr(quantizer, "channel_axis", None))
+
+
+def _flat(outputs: Any) -> List[np.ndarray]:
+    return [np.asarray(keras.ops.convert_to_numpy(o), np.float32) for o in keras.tree.flatten(outputs)]
+
+
+class KerasXQuantBackend:
+    """The float model, the reference graph made from it, and the quantized model, run side by side."""
+
+    framework = "keras"
+
+    def __init__(self, float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any], settings: RunSettings):
+        from hwquant.core.config import CoreConfig
+        from hwquant.core.pipeline import prepare
+        from hwquant.keras.facade import _session
+        from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
+
+        for what, model in (("float_model", float_model), ("quantized_model", quantized_model)):
+            if not isinstance(model, keras.Model):
+                raise XQuantInputError(f"{what} must be a keras.Model, got {type(model).__name__}")
+        self.float_model, self.quantized_model, self.repr_dataset = float_model, quantized_model, repr_dataset
+        state, _ = _session(float_model, repr_dataset,
+                            CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc)
+        prepare(state)
+        self.reference = state.graph
+        self._outputs: Dict[str, Any] = {}   # node -> the quantized model's tensor compared there
+        self._layers: Dict[str, LayerFacts] = {}
+        for layer in quantized_model.layers:
+            if isinstance(layer, KerasActivationQuantizationHolder):
+                node = layer.name.removesuffix(HOLDER_SUFFIX)
+                facts = self._layers.setdefault(node, LayerFacts(node, ""))
+                facts.activation = _facts(layer.activation_holder_quantizer)
+                self._outputs[node] = layer.output
+            elif isinstance(layer, KerasQuantizationWrapper):
+                node = layer.name.removeprefix(WRAPPER_PREFIX)
+                facts = self._layers.setdefault(node, LayerFacts(node, ""))
+                facts.layer_type = type(layer.layer).__name__
+                facts.weights = {k: f for k, q in layer.weights_quantizers.items() if (f := _facts(q)) is not None}
+                self._outputs.setdefault(node, layer.output)
+        for name, facts in self._layers.items():
+            if not facts.layer_type:
+                node = self.reference.node(name) if name in self.reference else None
+                facts.layer_type = getattr(getattr(node, "type", None), "__name__", str(getattr(node, "type", "input")))
+        self._observers: Dict[Tuple[str, ...], Tuple[Any, Any, List[str]]] = {}
+
+    def layers(self) -> List[LayerFacts]:
+        return list(self._layers.values())
+
+    def batches(self, dataset: Callable[[], Any], validation: bool) -> Iterator[List[Any]]:
+        for item in dataset():
+            if validation:
+                if not isinstance(item, (list, tuple)) or not item:
+                    raise XQuantInputError("validation_dataset must yield (inputs, labels) pairs, as MCT's does; got "
+                                           f"{type(item).__name__}")
+                item = item[0]
+            inputs = list(item) if isinstance(item, (list, tuple)) else [item]
+            yield [np.asarray(keras.ops.convert_to_numpy(x)) for x in inputs]
+
+    def _observer(self, names: Sequence[str]) -> Tuple[Any, Any, List[str]]:
+        from hwquant.keras.builder import build_model
+        key = tuple(names)
+        if key not in self._observers:
+            quantized_names = [n for n in names if n in self._outputs]
+            extractor = keras.Model(self.quantized_model.inputs,
+                                    [self.quantized_model.outputs, [self._outputs[n] for n in quantized_names]])
+            self._observers = {key: (build_model(self.reference, extra_outputs=list(names)), extractor, quantized_names)}
+        return self._observers[key]
+
+    def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
+        x = batch if len(batch) > 1 else batch[0]
+        reference, extractor, quantized_names = self._observer(names)
+        float_outputs = _flat(self.float_model.predict_on_batch(x))
+        _, values = reference.predict_on_batch(x)
+        float_tensors = {n: np.asarray(v, np.float32) for n, v in zip(names, values)}
+        outs, q_values = extractor.predict_on_batch(x)
+        quantized = {n: np.asarray(v, np.float32) for n, v in zip(quantized_names, q_values)}
+        for name in names:
+            quantized.setdefault(name, float_tensors[name])
+        return BatchRun(float_outputs, _flat(outs), float_tensors, quantized)
+
+    def native(self, array: np.ndarray) -> np.ndarray:
+        return array
+
+    def quantize(self, core_config: Any, tpc: Any, target: Any) -> Any:
+        from hwquant.keras.facade import keras_post_training_quantization
+        return keras_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
+
+    def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
+        return _flat(model.predict_on_batch(batch if len(batch) > 1 else batch[0]))
+
+
+def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
+            xquant_config: Any, troubleshoot: bool):
+    if not isinstance(xquant_config, XQuantConfig):
+        raise XQuantInputError(f"xquant_config must be an XQuantConfig, got {type(xquant_config).__name__}")
+    metadata = dict(getattr(quantized_model, "hwquant_metadata", None) or {})
+    settings = settings_for(metadata, xquant_config)
+    backend = KerasXQuantBackend(float_model, quantized_model, repr_dataset, settings)
+    return generate_report(backend, repr_dataset, validation_dataset, xquant_config, settings, metadata, troubleshoot)
+
+
+def xquant_report_keras_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],
+                                     validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
+    """MCT's report for Keras: the similarity dictionary (MCT's keys), with hwquant's report.html, report.json and
+    measured fixes written into ``xquant_config.report_dir``."""
+    return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, False)[0]
+
+
+def xquant_report_troubleshoot_keras_experimental(float_model: Any, quantized_model: Any,
+                                                  repr_dataset: Callable[[], Any],
+                                                  validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
+    """The troubleshooting report for Keras (MCT has it for PyTorch only): (similarity dictionary, judged causes)."""
+    return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, True)

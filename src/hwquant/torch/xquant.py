@@ -1,0 +1,162 @@
+"""mct.xquant's PyTorch facades and the report's PyTorch back end (the report itself: hwquant.xquant)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from hwquant.core.config import CoreConfig
+from hwquant.xquant.analysis import XQuantInputError
+from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
+from hwquant.xquant.config import XQuantConfig
+from hwquant.xquant.report import RunSettings, generate_report, settings_for
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy()
+
+
+def _facts(quantizer: Any) -> Optional[QuantizerFacts]:
+    """An inferable quantizer's facts; None for anything else (a trainable quantizer before finalize)."""
+    if not all(hasattr(quantizer, a) for a in ("method", "num_bits", "params")):
+        return None
+    return QuantizerFacts(quantizer.method, quantizer.num_bits, dict(quantizer.params),
+                          getattr(quantizer, "channel_axis", None))
+
+
+class TorchXQuantBackend:
+    """The float model, the reference graph made from it, and the quantized model, run side by side."""
+
+    framework = "pytorch"
+
+    def __init__(self, float_model: torch.nn.Module, quantized_model: torch.nn.Module,
+                 repr_dataset: Callable[[], Any], settings: RunSettings):
+        from hwquant.core.pipeline import prepare
+        from hwquant.torch.output_error import flat_tensors
+        from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
+        from hwquant.torch.session import start_session
+
+        if not isinstance(float_model, torch.nn.Module) or not isinstance(quantized_model, torch.nn.Module):
+            raise XQuantInputError(f"float_model and quantized_model must be torch.nn.Module objects, got "
+                                   f"{type(float_model).__name__} and {type(quantized_model).__name__}")
+        self._flat = flat_tensors
+        self.float_model = float_model.eval()
+        self.quantized_model = quantized_model.eval()
+        self.repr_dataset = repr_dataset
+        session = start_session(float_model, self._inputs_only(repr_dataset),
+                                CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc)
+        prepare(session.state)
+        self.reference = session.state.graph
+        self.adapter = session.adapter
+        self.device = session.adapter.device
+        placement = getattr(quantized_model, "meta", {}).get("hwquant_placement") if \
+            isinstance(quantized_model, torch.fx.GraphModule) else None
+        modules = dict(quantized_model.named_modules())
+        holders = dict(getattr(quantized_model, "node_to_activation_quantization_holder", {}) or {})
+        self._modules: Dict[str, torch.nn.Module] = {}   # node -> the module whose output is compared
+        self._layers: Dict[str, LayerFacts] = {}
+        for path, module in modules.items():
+            if isinstance(module, PytorchActivationQuantizationHolder):
+                node = next((n for n, h in holders.items() if h == path), path.removesuffix("_activation_holder_quantizer"))
+                layer = self._layers.setdefault(node, LayerFacts(node, ""))
+                layer.activation = _facts(module.activation_holder_quantizer)
+                self._modules[node] = module
+            elif isinstance(module, PytorchQuantizationWrapper):
+                node = next((n for n, p in (placement or {}).items() if p.get("layer") == path), path)
+                layer = self._layers.setdefault(node, LayerFacts(node, ""))
+                layer.layer_type = type(module.layer).__name__
+                layer.weights = {k: f for k, q in module.weights_quantizers.items() if (f := _facts(q)) is not None}
+                self._modules.setdefault(node, module)
+        for name, layer in self._layers.items():
+            if not layer.layer_type:
+                target = modules.get((placement or {}).get(name, {}).get("layer", name))
+                node = self.reference.node(name) if name in self.reference else None
+                layer.layer_type = type(target).__name__ if target is not None else \
+                    getattr(getattr(node, "type", None), "__name__", str(getattr(node, "type", "?")))
+        self._observers: Dict[Tuple[str, ...], torch.nn.Module] = {}
+
+    @staticmethod
+    def _inputs_only(dataset: Callable[[], Any]) -> Callable[[], Any]:
+        return dataset
+
+    def layers(self) -> List[LayerFacts]:
+        return list(self._layers.values())
+
+    def batches(self, dataset: Callable[[], Any], validation: bool) -> Iterator[List[Any]]:
+        for item in dataset():
+            if validation:
+                if not isinstance(item, (list, tuple)) or not item:
+                    raise XQuantInputError("validation_dataset must yield (inputs, labels) pairs, as MCT's does; got "
+                                           f"{type(item).__name__}")
+                item = item[0]
+            inputs = list(item) if isinstance(item, (list, tuple)) else [item]
+            yield [torch.as_tensor(np.asarray(x)).to(self.device) if isinstance(x, np.ndarray) else
+                   torch.as_tensor(x).to(self.device) for x in inputs]
+
+    def _observer(self, names: Sequence[str]) -> torch.nn.Module:
+        from hwquant.torch.builder import build_module
+        key = tuple(names)
+        if key not in self._observers:
+            self._observers = {key: build_module(self.reference, None, extra_outputs=list(names)).to(self.device).eval()}
+        return self._observers[key]
+
+    @torch.no_grad()
+    def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
+        float_outputs = [_numpy(t) for t in self._flat(self.float_model(*batch))]
+        _, tensors = self._observer(names)(*batch)
+        float_tensors = {n: _numpy(t) for n, t in zip(names, tensors)}
+        captured: Dict[str, np.ndarray] = {}
+        hooks = []
+        for name in names:
+            module = self._modules.get(name)
+            if module is not None:
+                hooks.append(module.register_forward_hook(
+                    lambda m, i, o, name=name: captured.__setitem__(name, _numpy(o))))
+        try:
+            quantized_outputs = [_numpy(t) for t in self._flat(self.quantized_model(*batch))]
+        finally:
+            for h in hooks:
+                h.remove()
+        # a profiled input of a merging layer that the quantized model does not quantize: its float value
+        for name in names:
+            captured.setdefault(name, float_tensors[name])
+        return BatchRun(float_outputs, quantized_outputs, float_tensors, captured)
+
+    def native(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def quantize(self, core_config: Any, tpc: Any, target: Any) -> torch.nn.Module:
+        from hwquant.torch.facade import pytorch_post_training_quantization
+        return pytorch_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
+
+    @torch.no_grad()
+    def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
+        return [_numpy(t) for t in self._flat(model(*batch))]
+
+
+def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
+            xquant_config: Any, troubleshoot: bool):
+    if not isinstance(xquant_config, XQuantConfig):
+        raise XQuantInputError(f"xquant_config must be an XQuantConfig, got {type(xquant_config).__name__}")
+    from hwquant.torch.metadata import read_metadata
+    metadata = read_metadata(quantized_model) or {}
+    settings = settings_for(metadata, xquant_config)
+    backend = TorchXQuantBackend(float_model, quantized_model, repr_dataset, settings)
+    return generate_report(backend, repr_dataset, validation_dataset, xquant_config, settings, metadata, troubleshoot)
+
+
+def xquant_report_pytorch_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],
+                                       validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
+    """MCT's report: the similarity of the quantized model to the float model, at its output and at every
+    quantized layer, on both datasets (a dictionary with MCT's keys), written with hwquant's report.html,
+    report.json and the fixes it measured into ``xquant_config.report_dir``."""
+    return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, False)[0]
+
+
+def xquant_report_troubleshoot_pytorch_experimental(float_model: Any, quantized_model: Any,
+                                                    repr_dataset: Callable[[], Any],
+                                                    validation_dataset: Callable[[], Any],
+                                                    xquant_config: XQuantConfig):
+    """MCT's troubleshooting report: (the similarity dictionary, the judged causes of the degraded layers)."""
+    return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, True)

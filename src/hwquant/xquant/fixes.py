@@ -1,0 +1,239 @@
+"""The remedies the toolkit can apply to a degraded layer, the code that applies each, and its measured
+effect: the float model quantized again with the remedy, its output compared with the float model's.
+
+Written once: the framework back end only quantizes and runs models."""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from hwquant.core.graph import Graph
+from hwquant.xquant.analysis import PairSums, TensorProfile, chunks, flat_output, top1_agreement
+from hwquant.xquant.backend import LayerFacts, XQuantBackend
+from hwquant.xquant.similarity import in_db
+
+log = logging.getLogger("hwquant.xquant")
+
+
+@dataclass
+class Fix:
+    """One remedy: what it changes, why it is suggested, the code that applies it, and (once measured) the
+    output SQNR (dB) and top-1 agreement it gives."""
+    kind: str
+    title: str
+    why: str
+    code: str
+    apply: Callable[[Any], None] = field(repr=False)  # edits a CoreConfig in place
+    layer: Optional[str] = None
+    deployable: bool = True
+    measured: Optional[Dict[str, Any]] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"kind": self.kind, "title": self.title, "layer": self.layer, "why": self.why, "code": self.code,
+                "deployable": self.deployable, "measured": self.measured}
+
+
+def _filter(name: str) -> str:
+    return f"mct.core.network_editor.NodeNameFilter({name!r})"
+
+
+def _core_config_code(setup: str, core_args: str) -> str:
+    return f"{setup}\ncore_config = mct.core.CoreConfig({core_args})  # keep your other CoreConfig arguments"
+
+
+def _allowed_bits(node: Any) -> Tuple[set, Dict[str, set]]:
+    """The activation and per-weight bit widths the TPC offers a node (its candidates)."""
+    activation: set = set()
+    weights: Dict[str, set] = {}
+    for cfg in getattr(node, "candidates", []) or []:
+        a_bits, w_bits = cfg.bit_widths()
+        if a_bits is not None:
+            activation.add(a_bits)
+        for attr, bits in w_bits.items():
+            weights.setdefault(str(attr), set()).add(bits)
+    return activation, weights
+
+
+def _set_activation_bits(name: str, bits: int) -> Callable[[Any], None]:
+    def apply(core_config: Any) -> None:
+        from hwquant.core.network_editor import NodeNameFilter
+        core_config.bit_width_config.set_manual_activation_bit_width(NodeNameFilter(name), bits)
+    return apply
+
+
+def _set_kernel_bits(name: str, bits: int) -> Callable[[Any], None]:
+    def apply(core_config: Any) -> None:
+        from hwquant.constants import KERNEL_ATTR
+        from hwquant.core.network_editor import NodeNameFilter
+        core_config.bit_width_config.set_manual_weights_bit_width(NodeNameFilter(name), bits, KERNEL_ATTR)
+    return apply
+
+
+def _keep_float(name: str, activation: bool, weights: bool) -> Callable[[Any], None]:
+    def apply(core_config: Any) -> None:
+        from hwquant.core.network_editor import (ChangeCandidatesActivationQuantConfigAttr,
+                                                 ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter)
+        rules = core_config.debug_config.network_editor
+        if activation:
+            rules.append(EditRule(NodeNameFilter(name),
+                                  ChangeCandidatesActivationQuantConfigAttr(enable_activation_quantization=False)))
+        if weights:
+            rules.append(EditRule(NodeNameFilter(name),
+                                  ChangeCandidatesWeightsQuantConfigAttr(enable_weights_quantization=False)))
+    return apply
+
+
+def _set_quantization(**change: Any) -> Callable[[Any], None]:
+    def apply(core_config: Any) -> None:
+        for key, value in change.items():
+            setattr(core_config.quantization_config, key, value)
+    return apply
+
+
+def _qc_code(qc: Any, **change: Any) -> str:
+    """``mct.core.QuantizationConfig(...)`` with the run's non-default settings and the change."""
+    from hwquant.core.quantization_config import QuantizationConfig
+
+    default = QuantizationConfig()
+    args = {k: getattr(qc, k) for k in type(qc).model_fields
+            if k != "custom_tpc_opset_to_layer" and getattr(qc, k) != getattr(default, k)}
+    args.update(change)
+
+    def literal(v: Any) -> str:
+        if hasattr(v, "name") and type(v).__module__.startswith("hwquant"):
+            return f"mct.core.{type(v).__name__}.{v.name}"
+        return repr(v)
+    return "mct.core.QuantizationConfig(" + ", ".join(f"{k}={literal(v)}" for k, v in args.items()) + ")"
+
+
+def layer_fixes(reference: Graph, layer: LayerFacts, profile: Optional[TensorProfile],
+                weights: Dict[str, Dict[str, Any]]) -> List[Fix]:
+    """What can be done for one layer, most useful first: more bits where its own error is largest and the
+    TPC allows them (deployable); else keeping it float (a diagnosis: it tells what the layer costs, but an
+    integer-only target cannot run a float layer)."""
+    node = reference.node(layer.name) if layer.name in reference else None
+    a_allowed, w_allowed = _allowed_bits(node)
+    act_noise = 1 / max(profile.own_error.metrics()["sqnr"], 1e-12) if profile is not None and profile.own_error.n else 0
+    w_noise = sum(1 / max(e["sqnr"], 1e-12) for e in weights.values())
+    fixes: List[Fix] = []
+    a_bits = layer.activation.n_bits if layer.activation else None
+    higher_a = sorted(b for b in a_allowed if a_bits is not None and b > a_bits)
+    if higher_a:
+        bits = higher_a[-1]
+        fixes.append(Fix("activation_bits", f"'{layer.name}': activation at {bits} bits (now {a_bits})",
+                         f"its own activation quantization has SQNR {in_db(1 / max(act_noise, 1e-30)):.1f} dB and the "
+                         f"TPC offers {bits} bits for this layer",
+                         _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
+                                           f"bit_width_config.set_manual_activation_bit_width({_filter(layer.name)}, {bits})",
+                                           "bit_width_config=bit_width_config"),
+                         _set_activation_bits(layer.name, bits), layer.name))
+    kernel = next(iter(layer.weights.values()), None)
+    kernel_allowed = next(iter(w_allowed.values()), set())
+    higher_w = sorted(b for b in kernel_allowed if kernel is not None and b > kernel.n_bits)
+    if higher_w:
+        bits = higher_w[-1]
+        fixes.append(Fix("weights_bits", f"'{layer.name}': kernel at {bits} bits (now {kernel.n_bits})",
+                         f"its kernel's quantization has SQNR {in_db(1 / max(w_noise, 1e-30)):.1f} dB and the TPC offers "
+                         f"{bits} bits",
+                         _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
+                                           f"bit_width_config.set_manual_weights_bit_width({_filter(layer.name)}, {bits}, "
+                                           "mct.target_platform_capabilities.constants.KERNEL_ATTR)",
+                                           "bit_width_config=bit_width_config"),
+                         _set_kernel_bits(layer.name, bits), layer.name))
+    if w_noise > act_noise and len(fixes) == 2:
+        fixes.reverse()  # the kernel's error dominates: its remedy first
+    what = [w for w, on in (("activation", layer.activation is not None), ("weights", bool(layer.weights))) if on]
+    rules = []
+    if layer.activation is not None:
+        rules.append(f"mct.core.network_editor.EditRule({_filter(layer.name)}, "
+                     "mct.core.network_editor.ChangeCandidatesActivationQuantConfigAttr(enable_activation_quantization=False))")
+    if layer.weights:
+        rules.append(f"mct.core.network_editor.EditRule({_filter(layer.name)}, "
+                     "mct.core.network_editor.ChangeCandidatesWeightsQuantConfigAttr(enable_weights_quantization=False))")
+    fixes.append(Fix("keep_float", f"'{layer.name}': {' and '.join(what)} kept float",
+                     "measures what this layer's quantization costs the output; a float layer does not run on an "
+                     "integer-only accelerator",
+                     _core_config_code("debug_config = mct.core.DebugConfig(network_editor=[\n    "
+                                       + ",\n    ".join(rules) + "])", "debug_config=debug_config"),
+                     _keep_float(layer.name, layer.activation is not None, bool(layer.weights)), layer.name,
+                     deployable=False))
+    return fixes
+
+
+def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str, LayerFacts],
+                 reference: Graph, framework: str) -> List[Fix]:
+    """Remedies of the judged causes, for the whole model."""
+    fixes: List[Fix] = []
+    if causes.get("outlier_removal") and not math.isfinite(qc.z_threshold):
+        z = config.threshold_zscore_outlier_removal
+        names = ", ".join(f"'{n}'" for n, _ in causes["outlier_removal"][:3])
+        fixes.append(Fix("z_threshold", f"z-score outlier removal (z_threshold={z})",
+                         f"{names} hold values more than {z} standard deviations from their mean: the range chosen "
+                         "for them spends its levels on a few outliers",
+                         _core_config_code("", f"quantization_config={_qc_code(qc, z_threshold=z)}").lstrip(),
+                         _set_quantization(z_threshold=z)))
+    if causes.get("shift_negative_activation") and not qc.shift_negative_activation_correction:
+        names = ", ".join(f"'{n}'" for n in causes["shift_negative_activation"][:3])
+        fixes.append(Fix("shift_negative", "shift-negative correction",
+                         f"{names} output negative values that an unsigned grid after them would lose",
+                         _core_config_code("", "quantization_config="
+                                           + _qc_code(qc, shift_negative_activation_correction=True)).lstrip(),
+                         _set_quantization(shift_negative_activation_correction=True)))
+    for name in causes.get("mixed_precision_with_model_output_loss_objective", []):
+        node = reference.node(name) if name in reference else None
+        a_allowed, _ = _allowed_bits(node)
+        layer = layers[name]
+        if layer.activation is not None and a_allowed and max(a_allowed) > layer.activation.n_bits:
+            bits = max(a_allowed)
+            fixes.append(Fix("output_bits", f"output layer '{name}' at {bits} bits",
+                             f"the output layer has {layer.activation.n_bits}-bit activations",
+                             _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
+                                               f"bit_width_config.set_manual_activation_bit_width({_filter(name)}, {bits})",
+                                               "bit_width_config=bit_width_config"),
+                             _set_activation_bits(name, bits), name))
+    from hwquant.core.error_methods import QuantizationErrorMethod
+    alternative = QuantizationErrorMethod.NOCLIPPING if qc.activation_error_method != QuantizationErrorMethod.NOCLIPPING \
+        else QuantizationErrorMethod.MSE
+    fixes.append(Fix("error_method", f"activation ranges by {alternative.name} (now {qc.activation_error_method.name})",
+                     "another way of choosing activation ranges: keeps or clips the largest values differently",
+                     _core_config_code("", "quantization_config="
+                                       + _qc_code(qc, activation_error_method=alternative)).lstrip(),
+                     _set_quantization(activation_error_method=alternative)))
+    low_bits = [n for n, layer in layers.items() if any(q.n_bits <= 4 for q in layer.weights.values())]
+    if low_bits:
+        gptq = "get_pytorch_gptq_config" if framework == "pytorch" else "get_keras_gptq_config"
+        facade = ("pytorch_gradient_post_training_quantization" if framework == "pytorch"
+                  else "keras_gradient_post_training_quantization")
+        fixes.append(Fix("gptq", "GPTQ (weights trained against the float model's outputs)",
+                         f"{len(low_bits)} layer(s) have kernels of 4 bits or fewer, whose rounding GPTQ learns",
+                         f"gptq_config = mct.gptq.{gptq}(n_epochs=5)\n"
+                         f"quantized_model, info = mct.gptq.{facade}(\n"
+                         "    float_model, representative_data_gen, gptq_config=gptq_config, core_config=core_config,\n"
+                         "    target_platform_capabilities=tpc)",
+                         lambda core_config: None))
+    return fixes
+
+
+def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: Any, target: Any,
+            float_cache: Sequence[Tuple[List[Any], List[np.ndarray]]]) -> Dict[str, Any]:
+    """The float model quantized with ``fix`` applied to a copy of ``core_config`` (None: as it is), and
+    its outputs on the cached representative batches against the float model's."""
+    cfg = copy.deepcopy(core_config)
+    if fix is not None:
+        fix.apply(cfg)
+    model = backend.quantize(cfg, tpc, target)
+    sums, agree = PairSums(), [0, 0]
+    for batch, float_outputs in float_cache:
+        outs = [backend.outputs(model, chunk) for chunk in chunks(batch)]
+        quantized = [np.concatenate(parts) for parts in zip(*outs)]
+        sums.add(flat_output(float_outputs), flat_output(quantized))
+        a = top1_agreement(float_outputs, quantized)
+        if a is not None:
+            agree[0] += a[0]
+            agree[1] += a[1]
+    return {"sqnr_db": in_db(sums.metrics()["sqnr"]), "agreement": agree[0] / agree[1] if agree[1] else None}

@@ -1,0 +1,288 @@
+"""The troubleshooting report, written once for every framework: measure (analysis.py), judge, measure the
+most promising fixes (fixes.py), then write MCT's files, report.json, report.html and TensorBoard events
+(outputs.py), all or none.
+
+    similarity pass on the representative data (profiles of every float tensor) -> on the validation data
+    -> degraded layers (MCT's thresholds) -> judged causes -> layers ordered by their own error ->
+    fixes for the first ones and for the causes -> the few most promising quantized again and measured
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from hwquant.xquant.analysis import (TensorProfile, XQuantInputError, detect_degraded, judge_causes, local_noise,
+                                     output_layers, similarity_pass, weights_error)
+from hwquant.xquant.backend import LayerFacts, XQuantBackend
+from hwquant.xquant.config import XQuantConfig
+from hwquant.xquant.fixes import Fix, global_fixes, layer_fixes, measure
+from hwquant.xquant.similarity import in_db
+
+log = logging.getLogger("hwquant.xquant")
+
+OUTPUT_SIMILARITY_METRICS_REPR = "output_similarity_metrics_repr"
+OUTPUT_SIMILARITY_METRICS_VAL = "output_similarity_metrics_val"
+INTERMEDIATE_SIMILARITY_METRICS_REPR = "intermediate_similarity_metrics_repr"
+INTERMEDIATE_SIMILARITY_METRICS_VAL = "intermediate_similarity_metrics_val"
+# Layers whose fixes are proposed (the ones adding the most error by themselves); of those fixes and the
+# causes' fixes, XQuantConfig.measure_fixes are measured.
+LAYERS_WITH_FIXES = 5
+HISTOGRAM_BINS = 48
+
+
+class XQuantResult(dict):
+    """MCT's dictionary (same keys and values), with hwquant's whole report as ``.report`` (what
+    report.json holds) and the files written as ``.files``."""
+    report: Dict[str, Any]
+    files: List[str]
+
+
+@dataclass
+class RunSettings:
+    """The settings of the run that made the quantized model, to quantize again with a fix."""
+    core_config: Any
+    tpc: Any
+    target: Any
+    source: str
+    notes: List[str] = field(default_factory=list)
+
+
+def settings_for(metadata: Dict[str, Any], config: XQuantConfig) -> RunSettings:
+    """Framework-free part of ``run_settings``: XQuantConfig's settings, else the model's metadata, else
+    the defaults (said in the notes)."""
+    from hwquant.core.model_metadata import settings_of
+    from hwquant.tpc.platforms import get_target_platform_capabilities
+    from hwquant.tpc.serialization import load_target_platform_capabilities
+
+    notes: List[str] = []
+    if metadata:
+        qc, tpc, target, notes = settings_of(metadata)
+        source = "read from the quantized model"
+    else:
+        from hwquant.core.quantization_config import QuantizationConfig
+        qc, tpc, target = QuantizationConfig(), get_target_platform_capabilities(), None
+        source = "defaults"
+        notes.append("the quantized model carries no hwquant settings (made by another tool?): fixes are measured with "
+                     "the default settings and TPC; pass XQuantConfig(core_config=..., target_platform_capabilities=...)")
+    from hwquant.core.config import CoreConfig
+    core_config = config.core_config if config.core_config is not None else CoreConfig(quantization_config=qc)
+    if config.core_config is not None:
+        source = "given in XQuantConfig"
+    if config.target_platform_capabilities is not None:
+        tpc = load_target_platform_capabilities(config.target_platform_capabilities)
+    if config.target_resource_utilization is not None:
+        target = config.target_resource_utilization
+    return RunSettings(core_config, tpc, target, source, notes)
+
+
+def check_report_dir(report_dir: str) -> None:
+    """Create the report folder, and refuse one that cannot be written before any long computation."""
+    try:
+        os.makedirs(report_dir, exist_ok=True)
+    except OSError as e:
+        raise XQuantInputError(f"the report folder '{report_dir}' cannot be created ({e.strerror or e}): pass "
+                               "XQuantConfig(report_dir=...) a folder you can write") from e
+    if not os.path.isdir(report_dir) or not os.access(report_dir, os.W_OK | os.X_OK):
+        raise XQuantInputError(f"the report folder '{report_dir}' is not a writable folder: pass "
+                               "XQuantConfig(report_dir=...) a folder you can write")
+
+
+def _histogram(profile: TensorProfile, value_range: Optional[tuple]) -> Optional[Dict[str, Any]]:
+    values = profile.values()
+    if values.size == 0:
+        return None
+    low, high = profile.low, profile.high
+    if value_range is not None:
+        low, high = min(low, value_range[0]), max(high, value_range[1])
+    if high <= low:
+        high = low + 1e-6
+    counts, edges = np.histogram(values, bins=HISTOGRAM_BINS, range=(low, high))
+    return {"counts": counts.tolist(), "edges": edges.tolist()}
+
+
+def _pipeline_notes(name: str, reference_names: set, quantized_names: set, metadata: Dict[str, Any]) -> List[str]:
+    """What the pipeline did to a layer, from the names it gave and the run's record."""
+    notes = []
+    if name.endswith("_bn") or "_bn_" in name:
+        notes.append("batch norm folded in")
+    if "collapsed" in name:
+        notes.append("collapsed with its neighbour")
+    if f"{name}_shift" in quantized_names:
+        notes.append("shift-negative correction after it")
+    if any(n.startswith(f"{name}_pad") for n in quantized_names):
+        notes.append("padding of its shifted input made explicit")
+    pipeline = metadata.get("pipeline") or {}
+    if name in (pipeline.get("float_layers") or {}):
+        notes.append(f"left float: {pipeline['float_layers'][name]}")
+    if name in (pipeline.get("kept_float_masks") or []):
+        notes.append("kept float (masking values)")
+    return notes
+
+
+def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], validation_dataset: Callable[[], Any],
+                    config: XQuantConfig, settings: RunSettings, metadata: Dict[str, Any],
+                    troubleshoot: bool) -> Tuple[XQuantResult, Optional[Dict[str, list]]]:
+    """The whole report; returns (MCT's similarity dictionary, MCT's troubleshoot dictionary or None)."""
+    from hwquant.xquant.outputs import write_report
+
+    if not callable(repr_dataset) or not callable(validation_dataset):
+        raise XQuantInputError("repr_dataset and validation_dataset must be callables returning an iterable of batches "
+                               "(MCT's convention), e.g. def repr_dataset(): yield [images]")
+    check_report_dir(config.report_dir)
+    timings: Dict[str, float] = {}
+    start = time.perf_counter()
+    layers = {layer.name: layer for layer in backend.layers()}
+    if not layers:
+        raise XQuantInputError("the quantized model has no quantizer (no activation holder or quantization wrapper): "
+                               "pass the model hwquant's or MCT's quantization returned")
+    reference = backend.reference
+    compared = [n.name for n in reference if n.name in layers and n.float_output]
+    missing = [name for name in layers if name not in reference]
+    if len(compared) < max(1, len(layers) // 2):
+        raise XQuantInputError(f"the models do not match: {len(missing)} of the quantized model's {len(layers)} layers "
+                               f"are not in the float model (e.g. {missing[:5]}); pass the float model the quantized "
+                               "one was made from")
+    # The inputs of merging layers are profiled too (the unbalanced-concatenation judge reads their ranges).
+    merging_inputs = [i for n in reference if n.opset in ("Concatenate", "Add") for i in n.inputs
+                      if i in reference and reference.node(i).float_output]
+    observed = compared + [n for n in dict.fromkeys(merging_inputs) if n not in compared]
+    profiles = {name: TensorProfile() for name in observed}
+    grids = {name: layers[name].activation.grid() for name in compared if layers[name].activation is not None}
+    float_cache: list = []
+    repr_sim = similarity_pass(backend, repr_dataset, False, observed, config, profiles, grids, float_cache)
+    timings["representative data"] = time.perf_counter() - start
+    t = time.perf_counter()
+    val_sim = similarity_pass(backend, validation_dataset, True, observed, config)
+    timings["validation data"] = time.perf_counter() - t
+    for sim in (repr_sim, val_sim):  # the extra observed inputs are not MCT's layers
+        sim.intermediate = {k: v for k, v in sim.intermediate.items() if k in compared}
+    degraded = detect_degraded([repr_sim, val_sim], config)
+    outputs = output_layers(reference, layers)
+    ratio = len(degraded) / max(len(compared), 1)
+    judged = ratio < config.threshold_degrade_layer_ratio
+    causes = judge_causes(reference, layers, degraded, profiles, config, outputs) if judged else {}
+    if not judged:
+        log.warning("%d of %d layers are degraded (more than threshold_degrade_layer_ratio=%s): the causes are not "
+                    "judged; the thresholds may not suit this model", len(degraded), len(compared),
+                    config.threshold_degrade_layer_ratio)
+    weights = {name: weights_error(reference, layers[name]) for name in layers}
+    noise = {name: local_noise(layers[name], profiles.get(name), weights[name]) for name in compared}
+    ranking = sorted(compared, key=lambda n: -noise[n])
+
+    # fixes: for the layers adding the most error, and for the judged causes; the first ones measured
+    t = time.perf_counter()
+    fixes: List[Fix] = []
+    for name in ranking[:LAYERS_WITH_FIXES]:
+        fixes += layer_fixes(reference, layers[name], profiles.get(name), weights[name])
+    candidates = global_fixes(causes, settings.core_config.quantization_config, config, layers, reference,
+                              backend.framework) + fixes
+    order = _measure_order(candidates)
+    baseline = None
+    if config.measure_fixes and order:
+        baseline = measure(backend, None, settings.core_config, settings.tpc, settings.target, float_cache)
+        for fix in order[:config.measure_fixes]:
+            fix.measured = measure(backend, fix, settings.core_config, settings.tpc, settings.target, float_cache)
+            fix.measured["gain_db"] = fix.measured["sqnr_db"] - baseline["sqnr_db"]
+            log.info("fix measured: %s -> output SQNR %.2f dB (%+.2f dB)", fix.title, fix.measured["sqnr_db"],
+                     fix.measured["gain_db"])
+    candidates.sort(key=lambda f: (f.measured is None, -(f.measured or {}).get("gain_db", 0.0)))
+    timings["fixes measured"] = time.perf_counter() - t
+
+    mct_similarity = XQuantResult({
+        OUTPUT_SIMILARITY_METRICS_REPR: repr_sim.output, OUTPUT_SIMILARITY_METRICS_VAL: val_sim.output,
+        INTERMEDIATE_SIMILARITY_METRICS_REPR: repr_sim.intermediate,
+        INTERMEDIATE_SIMILARITY_METRICS_VAL: val_sim.intermediate})
+    quantized_names = {name for name in layers}
+    reference_names = {n.name for n in reference}
+    rows = []
+    for node in reference:
+        if node.name not in layers:
+            continue
+        layer = layers[node.name]
+        profile = profiles.get(node.name)
+        value_range = layer.activation.value_range() if layer.activation else None
+        row: Dict[str, Any] = {
+            "name": node.name, "type": layer.layer_type, "opset": node.opset,
+            "activation": None if layer.activation is None else {
+                "quantizer": layer.activation.describe(), "n_bits": layer.activation.n_bits,
+                "range": value_range, "params": layer.activation.params},
+            "weights": {attr: {"quantizer": q.describe(), "n_bits": q.n_bits, **weights[node.name].get(attr, {})}
+                        for attr, q in layer.weights.items()},
+            "compared": node.name in compared, "degraded": node.name in degraded,
+            "own_noise": noise.get(node.name), "rank": ranking.index(node.name) + 1 if node.name in ranking else None,
+            "similarity_repr": repr_sim.intermediate.get(node.name), "similarity_val": val_sim.intermediate.get(node.name),
+            "pipeline": _pipeline_notes(node.name, reference_names, quantized_names, metadata),
+        }
+        if profile is not None and profile.count:
+            row["float"] = {"min": profile.low, "max": profile.high, "mean": profile.mean, "std": profile.std,
+                            "max_zscore": profile.max_zscore(),
+                            "clipped_fraction": profile.clipped / profile.count if value_range else None,
+                            "own_activation_sqnr_db": in_db(profile.own_error.metrics()["sqnr"])
+                            if profile.own_error.n else None,
+                            "histogram": _histogram(profile, value_range)}
+        rows.append(row)
+    not_compared = [{"name": name, "why": "added by the pipeline (not in the float model)"
+                     if any(name.startswith(r) for r in reference_names) else "not in the float model"}
+                    for name in missing]
+    report = {
+        "framework": backend.framework, "model": reference.name,
+        "settings": {"source": settings.source, "notes": settings.notes,
+                     "quantization_config": metadata.get("quantization_config"), "tpc": {
+                         k: metadata.get(k) for k in ("tpc_name", "tpc_platform_type", "tpc_version")},
+                     "method": metadata.get("method"), "pipeline": metadata.get("pipeline")},
+        "output": {"repr": {**repr_sim.output, "sqnr_db": in_db(repr_sim.output["sqnr"]),
+                            "agreement": repr_sim.agreement, "batches": repr_sim.batches},
+                   "val": {**val_sim.output, "sqnr_db": in_db(val_sim.output["sqnr"]),
+                           "agreement": val_sim.agreement, "batches": val_sim.batches}},
+        "layers": rows, "not_compared": not_compared, "degraded": degraded,
+        "causes_judged": judged, "causes": causes, "output_layers": outputs,
+        "baseline": baseline, "fixes": [f.as_dict() for f in candidates],
+        "resources": _resources(reference, layers, settings.target),
+        "thresholds": {"threshold_quantize_error": config.threshold_quantize_error,
+                       "is_detect_under_threshold_quantize_error": config.is_detect_under_threshold_quantize_error},
+    }
+    timings["total"] = time.perf_counter() - start
+    report["timings_s"] = timings
+    troubleshoot_data = causes if troubleshoot else None
+    files = write_report(config, report, mct_similarity, troubleshoot_data, profiles)
+    mct_similarity.report = report
+    mct_similarity.files = files
+    log.info("troubleshooting report written to %s (%.1f s): %d of %d layers degraded; output SQNR %.1f dB on the "
+             "representative data", config.report_dir, timings["total"], len(degraded), len(compared),
+             report["output"]["repr"]["sqnr_db"])
+    return mct_similarity, troubleshoot_data
+
+
+def _measure_order(fixes: List[Fix]) -> List[Fix]:
+    """Which fixes to measure first: deployable remedies of the costliest layers and of the judged causes
+    (in their order), then the layers kept float (diagnoses), GPTQ last (not measured: it trains)."""
+    deployable = [f for f in fixes if f.deployable and f.kind not in ("gptq", "error_method")]
+    return deployable + [f for f in fixes if f.kind == "error_method"] + \
+        [f for f in fixes if not f.deployable]
+
+
+def _resources(reference: Any, layers: Dict[str, LayerFacts], target: Any) -> Dict[str, Any]:
+    """The quantized model's weights memory (bytes: each weight at its bit width, float ones at 32) and
+    largest activation tensor (bytes at its bit width), beside the run's targets."""
+    weights_bytes = 0.0
+    largest_activation = 0.0
+    for node in reference:
+        layer = layers.get(node.name)
+        for attr, w in node.weights.items():
+            q = layer.weights.get(str(attr)) if layer else None
+            weights_bytes += np.size(w) * (q.n_bits if q else 32) / 8
+        shape = node.output_shape if isinstance(node.output_shape, tuple) else None
+        if shape and layer is not None and layer.activation is not None:
+            size = math.prod(d for d in shape[1:] if isinstance(d, int))
+            largest_activation = max(largest_activation, size * layer.activation.n_bits / 8)
+    out: Dict[str, Any] = {"weights_memory": weights_bytes, "largest_activation_tensor": largest_activation}
+    if target is not None:
+        out["target"] = {name: getattr(target, name) for name in type(target).model_fields
+                         if math.isfinite(getattr(target, name))}
+    return out
