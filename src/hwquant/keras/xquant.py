@@ -93,9 +93,9 @@ class KerasXQuantBackend:
         x = batch if len(batch) > 1 else batch[0]
         reference, extractor, quantized_names = self._observer(names)
         float_outputs = _flat(self.float_model.predict_on_batch(x))
-        _, values = reference.predict_on_batch(x)
+        _, values = reference.predict_on_batch(list(batch))  # (models built from a list of inputs take a list)
         float_tensors = {n: np.asarray(v, np.float32) for n, v in zip(names, values)}
-        outs, q_values = extractor.predict_on_batch(x)
+        outs, q_values = extractor.predict_on_batch(list(batch))
         quantized = {n: np.asarray(v, np.float32) for n, v in zip(quantized_names, q_values)}
         for name in names:
             quantized.setdefault(name, float_tensors[name])

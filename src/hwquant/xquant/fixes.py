@@ -219,14 +219,45 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
     return fixes
 
 
-def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: Any, target: Any,
-            float_cache: Sequence[Tuple[List[Any], List[np.ndarray]]]) -> Dict[str, Any]:
-    """The float model quantized with ``fix`` applied to a copy of ``core_config`` (None: as it is), and
-    its outputs on the cached representative batches against the float model's."""
+def pinned_core_config(core_config: Any, layers: Dict[str, LayerFacts], reference: Graph,
+                       exclude: Sequence[str] = ()) -> Tuple[Any, int]:
+    """A copy of ``core_config`` whose manual bit widths give every layer (but ``exclude``) the bit widths
+    it has in the quantized model, where they differ from the TPC's default for it: quantizing again then
+    reproduces the model's precision (a mixed-precision choice, the user's own bit widths) without the
+    settings that led to it. Returns (config, layers pinned)."""
+    from hwquant.constants import KERNEL_ATTR
+    from hwquant.core.network_editor import NodeNameFilter
+
     cfg = copy.deepcopy(core_config)
+    pinned = 0
+    for name, layer in layers.items():
+        node = reference.node(name) if name in reference else None
+        if name in exclude or node is None or not node.candidates:
+            continue
+        a_base, w_base = node.candidates[0].bit_widths()
+        a_allowed, w_allowed = _allowed_bits(node)
+        if layer.activation is not None and a_base is not None and layer.activation.n_bits != a_base \
+                and layer.activation.n_bits in a_allowed:
+            cfg.bit_width_config.set_manual_activation_bit_width(NodeNameFilter(name), layer.activation.n_bits)
+            pinned += 1
+        kernel = next(iter(layer.weights.values()), None)
+        base_bits = next(iter(w_base.values()), None)
+        if kernel is not None and base_bits is not None and kernel.n_bits != base_bits \
+                and kernel.n_bits in next(iter(w_allowed.values()), set()):
+            cfg.bit_width_config.set_manual_weights_bit_width(NodeNameFilter(name), kernel.n_bits, KERNEL_ATTR)
+            pinned += 1
+    return cfg, pinned
+
+
+def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: Any, layers: Dict[str, LayerFacts],
+            float_cache: Sequence[Tuple[List[Any], List[np.ndarray]]]) -> Dict[str, Any]:
+    """The float model quantized again at the quantized model's bit widths (``pinned_core_config``) with
+    ``fix`` applied (None: none), and its outputs on the cached representative batches against the float
+    model's."""
+    cfg, _ = pinned_core_config(core_config, layers, backend.reference, [fix.layer] if fix and fix.layer else [])
     if fix is not None:
         fix.apply(cfg)
-    model = backend.quantize(cfg, tpc, target)
+    model = backend.quantize(cfg, tpc, None)
     sums, agree = PairSums(), [0, 0]
     for batch, float_outputs in float_cache:
         outs = [backend.outputs(model, chunk) for chunk in chunks(batch)]

@@ -21,7 +21,7 @@ from hwquant.xquant.analysis import (TensorProfile, XQuantInputError, detect_deg
                                      output_layers, similarity_pass, weights_error)
 from hwquant.xquant.backend import LayerFacts, XQuantBackend
 from hwquant.xquant.config import XQuantConfig
-from hwquant.xquant.fixes import Fix, global_fixes, layer_fixes, measure
+from hwquant.xquant.fixes import Fix, global_fixes, layer_fixes, measure, pinned_core_config
 from hwquant.xquant.similarity import in_db
 
 log = logging.getLogger("hwquant.xquant")
@@ -185,9 +185,13 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
     order = _measure_order(candidates)
     baseline = None
     if config.measure_fixes and order:
-        baseline = measure(backend, None, settings.core_config, settings.tpc, settings.target, float_cache)
+        _, pinned = pinned_core_config(settings.core_config, layers, reference)
+        if pinned:
+            settings.notes.append(f"fixes are measured at the quantized model's own bit widths ({pinned} differ from "
+                                  "the TPC's defaults and were pinned with BitWidthConfig when quantizing again)")
+        baseline = measure(backend, None, settings.core_config, settings.tpc, layers, float_cache)
         for fix in order[:config.measure_fixes]:
-            fix.measured = measure(backend, fix, settings.core_config, settings.tpc, settings.target, float_cache)
+            fix.measured = measure(backend, fix, settings.core_config, settings.tpc, layers, float_cache)
             fix.measured["gain_db"] = fix.measured["sqnr_db"] - baseline["sqnr_db"]
             log.info("fix measured: %s -> output SQNR %.2f dB (%+.2f dB)", fix.title, fix.measured["sqnr_db"],
                      fix.measured["gain_db"])
