@@ -78,7 +78,7 @@ def settings_of(metadata: Dict[str, Any]) -> tuple:
 
     notes = []
     fields = QuantizationConfig.model_fields
-    settings = {}
+    settings: Dict[str, Any] = {}
     for name, value in (metadata.get("quantization_config") or {}).items():
         if name not in fields or name == "custom_tpc_opset_to_layer" or value is None:
             continue

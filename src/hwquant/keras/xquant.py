@@ -27,6 +27,13 @@ def _flat(outputs: Any) -> List[np.ndarray]:
     return [np.asarray(keras.ops.convert_to_numpy(o), np.float32) for o in keras.tree.flatten(outputs)]
 
 
+def _feed(model: Any, batch: List[Any]) -> Any:
+    """The batch in the structure the model was built with (a list of one input for a model built from a
+    list; Keras warns on any other)."""
+    struct = getattr(model, "_inputs_struct", None)
+    return list(batch) if isinstance(struct, (list, tuple)) or len(batch) > 1 else batch[0]
+
+
 class KerasXQuantBackend:
     """The float model, the reference graph made from it, and the quantized model, run side by side."""
 
@@ -90,12 +97,11 @@ class KerasXQuantBackend:
         return self._observers[key]
 
     def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
-        x = batch if len(batch) > 1 else batch[0]
         reference, extractor, quantized_names = self._observer(names)
-        float_outputs = _flat(self.float_model.predict_on_batch(x))
-        _, values = reference.predict_on_batch(list(batch))  # (models built from a list of inputs take a list)
+        float_outputs = _flat(self.float_model.predict_on_batch(_feed(self.float_model, batch)))
+        _, values = reference.predict_on_batch(_feed(reference, batch))
         float_tensors = {n: np.asarray(v, np.float32) for n, v in zip(names, values)}
-        outs, q_values = extractor.predict_on_batch(list(batch))
+        outs, q_values = extractor.predict_on_batch(_feed(extractor, batch))
         quantized = {n: np.asarray(v, np.float32) for n, v in zip(quantized_names, q_values)}
         for name in names:
             quantized.setdefault(name, float_tensors[name])
@@ -109,7 +115,7 @@ class KerasXQuantBackend:
         return keras_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
-        return _flat(model.predict_on_batch(batch if len(batch) > 1 else batch[0]))
+        return _flat(model.predict_on_batch(_feed(model, batch)))
 
 
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,

@@ -15,7 +15,7 @@ from hwquant.core.graph import Graph
 from hwquant.errors import HwquantError
 from hwquant.xquant.backend import BatchRun, LayerFacts, XQuantBackend
 from hwquant.xquant.config import XQuantConfig
-from hwquant.xquant.similarity import DEFAULT_METRICS, Averages, compare, in_db
+from hwquant.xquant.similarity import Averages, compare, in_db
 
 log = logging.getLogger("hwquant.xquant")
 
@@ -169,7 +169,7 @@ def similarity_pass(backend: XQuantBackend, dataset: Callable[[], Any], validati
             f, q = flat_output(run.float_outputs), flat_output(run.quantized_outputs)
             out_sums.add(f, q)
             if custom:
-                out_custom.add("out", {k: v for k, v in compare(f, q, custom, backend.native).items() if k in custom})
+                out_custom.add("out", compare(f, q, custom, backend.native))
             agree = top1_agreement(run.float_outputs, run.quantized_outputs)
             if agree is not None:
                 agreement[0] += agree[0]
@@ -181,8 +181,7 @@ def similarity_pass(backend: XQuantBackend, dataset: Callable[[], Any], validati
                                            f"shape {x.shape}, the quantized model's {y.shape}")
                 layer_sums[name].add(x, y)
                 if custom:
-                    layer_custom.add(name, {k: v for k, v in compare(x, y, custom, backend.native).items()
-                                            if k in custom})
+                    layer_custom.add(name, compare(x, y, custom, backend.native))
                 if profiles is not None and name in profiles:
                     grid = grids.get(name)
                     profiles[name].add(x, None if grid is None else _range_of(grid), grid, rng)
@@ -322,5 +321,5 @@ def metric_summary(values: Dict[str, float]) -> Dict[str, float]:
     return {**values, "sqnr_db": in_db(values["sqnr"])} if "sqnr" in values else dict(values)
 
 
-__all__ = ["DEFAULT_METRICS", "PairSums", "TensorProfile", "DatasetSimilarity", "similarity_pass", "weights_error",
+__all__ = ["PairSums", "TensorProfile", "DatasetSimilarity", "similarity_pass", "weights_error",
            "detect_degraded", "judge_causes", "output_layers", "local_noise", "XQuantInputError"]

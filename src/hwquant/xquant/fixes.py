@@ -135,7 +135,7 @@ def layer_fixes(reference: Graph, layer: LayerFacts, profile: Optional[TensorPro
     kernel = next(iter(layer.weights.values()), None)
     kernel_allowed = next(iter(w_allowed.values()), set())
     higher_w = sorted(b for b in kernel_allowed if kernel is not None and b > kernel.n_bits)
-    if higher_w:
+    if higher_w and kernel is not None:
         bits = higher_w[-1]
         fixes.append(Fix("weights_bits", f"'{layer.name}': kernel at {bits} bits (now {kernel.n_bits})",
                          f"its kernel's quantization has SQNR {in_db(1 / max(w_noise, 1e-30)):.1f} dB and the TPC offers "

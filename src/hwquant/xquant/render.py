@@ -76,7 +76,7 @@ def histogram_svg(row: Dict[str, Any], width: int = 220, height: int = 54) -> st
 
 def channels_svg(entry: Dict[str, Any], width: int = 160, height: int = 40) -> str:
     """A kernel's per-output-channel float range (one bar per channel, from its minimum to its maximum)."""
-    lows, highs = entry.get("channel_min"), entry.get("channel_max")
+    lows, highs = entry.get("channel_min") or [], entry.get("channel_max") or []
     if not lows:
         return ""
     low, high = min(lows), max(highs)
@@ -101,8 +101,10 @@ def similarity_chart(report: Dict[str, Any], width: int = 1100, height: int = 22
     finite = [v for vs in series.values() for v in vs if v is not None and math.isfinite(v)]
     if not finite:
         return ""
-    lo, hi = min(finite + [0.0]), max(finite)
-    span = (hi - lo) or 1.0
+    lo, hi = min(finite), max(finite)
+    pad = max((hi - lo) * 0.08, 1.0)  # the data fill the chart, with a margin
+    lo, hi = lo - pad, hi + pad
+    span = hi - lo
     left, bottom = 40, 20
     w, h = width - left - 10, height - bottom - 10
     def x(i: int) -> float:
@@ -120,14 +122,14 @@ def similarity_chart(report: Dict[str, Any], width: int = 1100, height: int = 22
         pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(values) if v is not None and math.isfinite(v))
         out.append(f'<polyline points="{pts}" fill="none" stroke="{colors[name]}" stroke-width="1.6"/>')
     for i, r in enumerate(rows):
-        v = series["repr"][i]
-        title = f'<title>{_e(r["name"])}: {_num(v, 1)} dB</title>'
-        if r["degraded"] and v is not None:
-            out.append(f'<circle cx="{x(i):.1f}" cy="{y(v if math.isfinite(v) else hi):.1f}" r="5" fill="none" '
-                       f'stroke="#d0312d" stroke-width="2">{title}</circle>')
+        db = series["repr"][i]
+        title = f'<title>{_e(r["name"])}: {_num(db, 1)} dB</title>'
+        at = y(db if db is not None and math.isfinite(db) else hi)
+        if r["degraded"]:
+            out.append(f'<circle cx="{x(i):.1f}" cy="{at:.1f}" r="5" fill="none" stroke="#d0312d" stroke-width="2">'
+                       f'{title}</circle>')
         else:
-            out.append(f'<circle cx="{x(i):.1f}" cy="{y(v if v is not None and math.isfinite(v) else hi):.1f}" r="2.2" '
-                       f'fill="{colors["repr"]}">{title}</circle>')
+            out.append(f'<circle cx="{x(i):.1f}" cy="{at:.1f}" r="2.2" fill="{colors["repr"]}">{title}</circle>')
     out.append(f'<text x="{left}" y="{height - 4}" font-size="11" fill="#5b6673">layers in graph order (input to '
                f'output) &mdash; <tspan fill="{colors["repr"]}">representative</tspan>, '
                f'<tspan fill="{colors["val"]}">validation</tspan>, red circles: degraded; y: SQNR dB of the layer\'s '

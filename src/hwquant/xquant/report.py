@@ -153,7 +153,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
                       if i in reference and reference.node(i).float_output]
     observed = compared + [n for n in dict.fromkeys(merging_inputs) if n not in compared]
     profiles = {name: TensorProfile() for name in observed}
-    grids = {name: layers[name].activation.grid() for name in compared if layers[name].activation is not None}
+    grids = {name: facts.grid() for name in compared if (facts := layers[name].activation) is not None}
     float_cache: list = []
     repr_sim = similarity_pass(backend, repr_dataset, False, observed, config, profiles, grids, float_cache)
     timings["representative data"] = time.perf_counter() - start
@@ -234,7 +234,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
     not_compared = [{"name": name, "why": "added by the pipeline (not in the float model)"
                      if any(name.startswith(r) for r in reference_names) else "not in the float model"}
                     for name in missing]
-    report = {
+    report: Dict[str, Any] = {
         "framework": backend.framework, "model": reference.name,
         "settings": {"source": settings.source, "notes": settings.notes,
                      "quantization_config": metadata.get("quantization_config"), "tpc": {

@@ -1,6 +1,5 @@
-"""The similarity of a float tensor and its quantized counterpart, as MCT's xquant computes them: per
-batch, then averaged over the batches. SQNR is MCT's ratio (signal power / noise power); the report
-shows it in dB too."""
+"""Similarity bookkeeping: MCT's figures are per batch, averaged over the batches (the default metrics
+themselves: analysis.PairSums); SQNR is MCT's ratio (signal power / noise power), shown in dB too."""
 from __future__ import annotations
 
 import math
@@ -8,26 +7,6 @@ from typing import Any, Callable, Dict
 
 import numpy as np
 
-from hwquant.xquant.config import CS, MSE, SQNR
-
-
-def mse(x: np.ndarray, y: np.ndarray) -> float:
-    return float(np.mean((x.astype(np.float64) - y) ** 2))
-
-
-def cosine_similarity(x: np.ndarray, y: np.ndarray) -> float:
-    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
-    norms = np.linalg.norm(x) * np.linalg.norm(y)
-    return float(x @ y / max(norms, 1e-8))  # torch's cosine_similarity clamps the norms' product too
-
-
-def sqnr(x: np.ndarray, y: np.ndarray) -> float:
-    noise = float(np.mean((x.astype(np.float64) - y) ** 2))
-    signal = float(np.mean(x.astype(np.float64) ** 2))
-    return math.inf if noise == 0 else signal / noise
-
-
-DEFAULT_METRICS: Dict[str, Callable[[np.ndarray, np.ndarray], float]] = {MSE: mse, CS: cosine_similarity, SQNR: sqnr}
 
 
 def in_db(ratio: float) -> float:
@@ -55,10 +34,10 @@ class Averages:
 
 
 def compare(x: np.ndarray, y: np.ndarray, custom: Dict[str, Callable], native: Callable[[np.ndarray], Any]) -> Dict[str, float]:
-    """Every default metric of (float x, quantized y), and the user's custom metrics on the framework's own
-    tensors (``native``), as MCT hands them. A custom metric that fails or returns a non-number is an error
-    that names it."""
-    out = {name: fn(x, y) for name, fn in DEFAULT_METRICS.items()}
+    """The user's custom metrics of (float x, quantized y), on the framework's own tensors (``native``), as MCT
+    hands them (the default ones come from analysis.PairSums). A custom metric that fails or returns a
+    non-number is an error that names it."""
+    out: Dict[str, float] = {}
     for name, fn in custom.items():
         try:
             value = fn(native(x), native(y))
