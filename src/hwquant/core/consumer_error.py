@@ -22,10 +22,6 @@ def _sigmoid(x):
     return 0.5 * (1.0 + np.tanh(0.5 * x))
 
 
-def _gelu(x):  # tanh form: within 1e-3 of the erf form, ample for comparing thresholds
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x)))
-
-
 # Functions without a pole on the real line (log / reciprocal would score 0 as infinitely wrong).
 _MAPS: Dict[str, ValueMap] = {
     "relu": lambda x: np.maximum(x, 0.0),
@@ -36,7 +32,8 @@ _MAPS: Dict[str, ValueMap] = {
     "hardsigmoid": lambda x: np.clip(x / 6.0 + 0.5, 0.0, 1.0),
     "silu": lambda x: x * _sigmoid(x),
     "hardswish": lambda x: x * np.clip(x / 6.0 + 0.5, 0.0, 1.0),
-    "gelu": _gelu,
+    # tanh form: within 1e-3 of the erf form, ample for comparing thresholds
+    "gelu": lambda x: 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x * x * x))),
     "mish": lambda x: x * np.tanh(np.logaddexp(0.0, x)),
 }
 

@@ -64,16 +64,8 @@ def _default_dict(name: str, v: Any, what: str, check: Callable[[Any], bool]) ->
     return v
 
 
-def _attribute_names(v: Any) -> bool:
-    return v is None or isinstance(v, (list, tuple)) and all(a is None or (isinstance(a, str) and a) for a in v)
-
-
 def _axis_or_none(v: Any) -> bool:
     return v is None or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
-
-
-def _axes_pair(v: Any) -> bool:
-    return isinstance(v, tuple) and len(v) == 2 and all(_axis_or_none(c) for c in v)
 
 
 def _min_max_mapping(name: str, v: Any) -> dict:
@@ -125,7 +117,8 @@ class FrameworkInfo:
         attributes = values.get("kernel_ops_attributes_mapping")
         self.kernel_ops_attributes_mapping = _default_dict(
             "kernel_ops_attributes_mapping", attributes if attributes is not None else DefaultDict({}, [None]),
-            "a list of weight attribute names (or None)", _attribute_names)
+            "a list of weight attribute names (or None)",
+            lambda v: v is None or isinstance(v, (list, tuple)) and all(a is None or (isinstance(a, str) and a) for a in v))
         self.kernel_ops = _ops_list("kernel_ops", values["kernel_ops"] if "kernel_ops" in values
                                     else list(self.kernel_ops_attributes_mapping.keys()))
         self.activation_ops = _ops_list("activation_ops", values.get("activation_ops", []))
@@ -137,9 +130,10 @@ class FrameworkInfo:
             "activation_quantizer_mapping", values.get("activation_quantizer_mapping", {}))
         self.weights_quantizer_mapping = _quantizer_mapping(
             "weights_quantizer_mapping", values.get("weights_quantizer_mapping", {}))
-        self.kernel_channels_mapping = _default_dict("kernel_channels_mapping", values["kernel_channels_mapping"],
-                                                     "a tuple (out_channel_axis, in_channel_axis) of ints (or None)",
-                                                     _axes_pair)
+        self.kernel_channels_mapping = _default_dict(
+            "kernel_channels_mapping", values["kernel_channels_mapping"],
+            "a tuple (out_channel_axis, in_channel_axis) of ints (or None)",
+            lambda v: isinstance(v, tuple) and len(v) == 2 and all(_axis_or_none(c) for c in v))
         self.activation_min_max_mapping = _min_max_mapping("activation_min_max_mapping",
                                                            values.get("activation_min_max_mapping", {}))
         self.layer_min_max_mapping = _min_max_mapping("layer_min_max_mapping", values.get("layer_min_max_mapping", {}))

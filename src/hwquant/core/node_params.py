@@ -17,17 +17,15 @@ from hwquant.core.statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod
 
 
-def _has_channels(node) -> bool:
-    return isinstance(node.output_shape, tuple) and len(node.output_shape) >= 2
-
-
 def collect_statistics(graph: Graph, adapter: FrameworkAdapter, statistics: Dict[str, TensorStatistics],
                        names: List[str], data: Iterable[List[Any]]) -> int:
     """(Re)collect the statistics of `names` into `statistics`: one pass over `data`; returns the number
     of batches. Per-channel figures (for bias correction, shift-negative, equalization) wherever there is a
     channel axis."""
     axis = adapter.activation_channel_axis
-    fresh = {n: TensorStatistics(channel_axis=axis, per_channel=_has_channels(graph.node(n))) for n in names}
+    shapes = {n: graph.node(n).output_shape for n in names}
+    fresh = {n: TensorStatistics(channel_axis=axis, per_channel=isinstance(s, tuple) and len(s) >= 2)
+             for n, s in shapes.items()}
     batches = adapter.collect_statistics(graph, fresh, data) if names else 0
     statistics.update(fresh)
     return batches

@@ -66,15 +66,12 @@ class QFractionLinearAnnealingConfig(ValidatedConfig):
         return self
 
 
-def _default_annealing() -> QFractionLinearAnnealingConfig:
-    return QFractionLinearAnnealingConfig(initial_q_fraction=0.0, target_q_fraction=1.0, start_step=0, end_step=None)
-
-
 class GradualActivationQuantizationConfig(ValidatedConfig):
     """Gradual activation quantization: each quantized activation is ``q * f + x * (1 - f)`` with the
     quantized fraction ``f`` following the scheduler (by default linearly from 0 to 1)."""
 
-    q_fraction_scheduler_policy: QFractionLinearAnnealingConfig = Field(default_factory=_default_annealing)
+    q_fraction_scheduler_policy: QFractionLinearAnnealingConfig = Field(default_factory=lambda: QFractionLinearAnnealingConfig(
+        initial_q_fraction=0.0, target_q_fraction=1.0, start_step=0, end_step=None))
 
     @field_validator("q_fraction_scheduler_policy", mode="before")
     @classmethod

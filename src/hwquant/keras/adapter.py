@@ -46,10 +46,6 @@ DEFAULT_KERAS_INFO = FrameworkInfo(
 )
 
 
-def _kernel_name(layer_type: Any) -> Optional[str]:
-    return "kernel" if isinstance(layer_type, type) and issubclass(layer_type, KERNEL_LAYERS) else None
-
-
 def _einsum_kernel_axes(equation: str) -> Optional[Tuple[int, int]]:
     """(output-channel axis, input-channel axis) of an EinsumDense kernel: the kernel's axes named by the
     output's and the input's last letters ('abc,cde->abde': (2, 0)); None when the equation has no such axes."""
@@ -76,7 +72,8 @@ class KerasAdapter(KerasCorrectionFacts):
         return attach_tpc(tpc, custom_opset_to_layer)
 
     def kernel_attr(self, node: Node) -> Optional[str]:
-        return _kernel_name(node.type) if node.kind == NodeKind.MODULE else None
+        known = node.kind == NodeKind.MODULE and isinstance(node.type, type) and issubclass(node.type, KERNEL_LAYERS)
+        return "kernel" if known else None
 
     def bias_attr(self, node: Node) -> Optional[str]:
         # an EinsumDense's bias spans the axes its equation names: no batch norm folds into it

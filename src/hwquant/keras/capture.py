@@ -61,20 +61,9 @@ def functional_of(model: Any) -> Any:
     return model
 
 
-def _is_graph_model(op: Any) -> bool:
-    keras = _keras()
-    return isinstance(op, keras.Model) and (isinstance(op, keras.Sequential) or hasattr(op, "_nodes_by_depth"))
-
-
 def _layer_weights(layer: Any) -> Dict[str, np.ndarray]:
     from hwquant.keras.builder import weight_keys
     return {k: np.array(_keras().ops.convert_to_numpy(w.value)) for k, w in zip(weight_keys(layer), layer.weights)}
-
-
-def _splits_activation(op: Any, activation: Any) -> bool:
-    """Whether the layer's `activation` applies to its output (a recurrent layer's is inside its cell)."""
-    keras = _keras()
-    return (not isinstance(op, (keras.layers.Activation, keras.layers.RNN)) and activation not in (None, "linear"))
 
 
 def _separable_parts(op: Any, config: Dict[str, Any], name: str) -> List[tuple]:
@@ -138,13 +127,14 @@ class _Builder:
 
     def walk(self, functional: Any, prefix: str) -> None:
         """Add the nodes of `functional`, whose inputs are already named in self.names."""
+        keras = _keras()
         depths = sorted(functional._nodes_by_depth, reverse=True)
         for depth in depths:
             for knode in functional._nodes_by_depth[depth]:
                 op = knode.operation
                 if op is None or knode.is_input:
                     continue
-                if _is_graph_model(op):
+                if isinstance(op, keras.Model) and (isinstance(op, keras.Sequential) or hasattr(op, "_nodes_by_depth")):
                     self.inline(op, knode, prefix)
                 else:
                     self.call(op, knode, prefix)
@@ -187,7 +177,8 @@ class _Builder:
         if isinstance(op, keras.layers.Layer):
             config = op.get_config()
             activation = config.get(FUSED_ACTIVATION)
-            split = _splits_activation(op, activation)
+            # whether the activation applies to the output (a recurrent layer's is inside its cell)
+            split = not isinstance(op, (keras.layers.Activation, keras.layers.RNN)) and activation not in (None, "linear")
             if split:
                 config = {**config, FUSED_ACTIVATION: "linear"}
             if isinstance(op, (keras.layers.SeparableConv1D, keras.layers.SeparableConv2D)):

@@ -20,13 +20,10 @@ from hwquant.torch.imx500_forms import rewrite_for_imx500
 from hwquant.torch.quantizers import InferableQuantizer, quantizer_slots, set_quantizer
 
 
-def _slot_name(path: str, weight: str) -> str:
-    return f"{path}.weights_quantizers.{weight}" if weight is not None else f"{path}.activation_holder_quantizer"
-
-
 def quantizers_of(model: nn.Module) -> Dict[str, InferableQuantizer]:
     """The toolkit's inferable quantizers of ``model`` by where they sit."""
-    return {_slot_name(path, w): q for path, _, w, q in quantizer_slots(model) if isinstance(q, InferableQuantizer)}
+    return {f"{path}.weights_quantizers.{w}" if w is not None else f"{path}.activation_holder_quantizer": q
+            for path, _, w, q in quantizer_slots(model) if isinstance(q, InferableQuantizer)}
 
 
 def spec_of(q: InferableQuantizer) -> QuantizerSpec:

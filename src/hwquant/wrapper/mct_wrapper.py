@@ -98,7 +98,9 @@ class MCTWrapper:
         params = _parameters(mode, param_items, framework)
         self.params = params
         _check_model(float_model, framework)
-        _check_save_path(params["save_model_path"], framework)
+        if framework == "tensorflow" and not str(params["save_model_path"]).endswith(".keras"):
+            raise InvalidConfigError(f"save_model_path={params['save_model_path']!r}: framework='tensorflow' exports the "
+                                     "quantized Keras model as a '.keras' file; give a path ending in .keras")
         fw = _Functions(framework)
         tpc = get_target_platform_capabilities_sdsp(params["sdsp_version"])
         quantization = core.QuantizationConfig(**{k: params[k] for k in _QUANTIZATION})
@@ -134,25 +136,15 @@ def _check_mode(framework: str, method: str, use_mixed_precision: bool) -> Tuple
     return method, use_mixed_precision
 
 
-def _model_kind(model: Any) -> Optional[str]:
-    """'tensorflow' for a Keras model, 'pytorch' for another torch.nn.Module (by class, no framework import;
-    a Keras model on the torch backend is a torch.nn.Module too)."""
-    roots = {c.__module__.split(".")[0] for c in type(model).__mro__}
-    return "tensorflow" if roots & {"keras", "tf_keras", "tensorflow"} else "pytorch" if "torch" in roots else None
-
-
 def _check_model(model: Any, framework: str) -> None:
-    kind = _model_kind(model)
+    # 'tensorflow' for a Keras model, 'pytorch' for another torch.nn.Module (by class, no framework import;
+    # a Keras model on the torch backend is a torch.nn.Module too)
+    roots = {c.__module__.split(".")[0] for c in type(model).__mro__}
+    kind = "tensorflow" if roots & {"keras", "tf_keras", "tensorflow"} else "pytorch" if "torch" in roots else None
     if kind is not None and kind != framework:
         what = "a torch.nn.Module" if kind == "pytorch" else "a Keras model"
         raise InvalidConfigError(f"framework={framework!r} but float_model is {what} ({type(model).__name__}): pass "
                                  f"framework={kind!r}")
-
-
-def _check_save_path(path: Any, framework: str) -> None:
-    if framework == "tensorflow" and not str(path).endswith(".keras"):
-        raise InvalidConfigError(f"save_model_path={path!r}: framework='tensorflow' exports the quantized Keras model "
-                                 "as a '.keras' file; give a path ending in .keras")
 
 
 def _parameters(mode: Tuple[str, bool], param_items: Optional[Sequence[Sequence[Any]]],

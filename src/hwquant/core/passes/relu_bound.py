@@ -22,11 +22,6 @@ from hwquant.core.passes.linear_collapsing import single_reader
 RELU_POT_BOUND = 8.0
 
 
-def _is_power_of_two(v: float) -> bool:
-    m, _ = math.frexp(v)
-    return v > 0 and m == 0.5
-
-
 def bound_relus_to_power_of_2(graph: Graph, adapter: FrameworkAdapter) -> int:
     """Rescale every matching linear -> bounded ReLU -> linear; returns how many activations were
     changed. Apply when QuantizationConfig.relu_bound_to_power_of_2 is set."""
@@ -34,7 +29,8 @@ def bound_relus_to_power_of_2(graph: Graph, adapter: FrameworkAdapter) -> int:
     for act in graph:
         info = adapter.activation_info(act)
         if info is None or info.name not in ("relu6", "hardtanh") or info.lower != 0 or info.upper is None \
-                or not math.isfinite(info.upper) or info.upper <= 0 or _is_power_of_two(info.upper) or len(act.inputs) != 1:
+                or not math.isfinite(info.upper) or info.upper <= 0 or math.frexp(info.upper)[0] == 0.5 \
+                or len(act.inputs) != 1:  # (a mantissa of 0.5: already a power of two)
             continue
         first = graph.node(act.inputs[0])
         second = single_reader(graph, act)

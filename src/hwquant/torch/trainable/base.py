@@ -11,7 +11,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -42,10 +41,6 @@ class BasePytorchTrainableQuantizer(nn.Module, TrainableQuantizerSpec, ABC):
     def __init__(self, quantization_config: TrainableConfig, freeze_quant_params: Optional[bool] = None):
         super().__init__()
         self._set_config(quantization_config, freeze_quant_params)
-
-    def _new_parameter(self, value: Any) -> nn.Parameter:
-        return nn.Parameter(torch.as_tensor(np.asarray(value), dtype=torch.float32),
-                            requires_grad=not self.freeze_quant_params)
 
     # -------------------------------------------------------------- what a quantizer implements
     @abstractmethod

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
+import numpy as np
 import torch
 
 from hwquant.core import quant_math
@@ -28,7 +29,8 @@ class TrainableAffineQuantizer(BasePytorchTrainableQuantizer):
         super().__init__(quantization_config, freeze_quant_params)
         self._variable_names = []
         for name, value in self.initial_values().items():
-            setattr(self, name, self._new_parameter(value))
+            setattr(self, name, torch.nn.Parameter(torch.as_tensor(np.asarray(value), dtype=torch.float32),
+                                                   requires_grad=not self.freeze_quant_params))
             self._variable_names.append(name)
 
     def grid(self) -> quant_math.AffineGrid:
