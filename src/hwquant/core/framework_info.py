@@ -171,6 +171,13 @@ class FrameworkInfo:
             raise KeyError(f"layer {t!r} has no known min/max output values; check layers_has_min_max first")
         return self.layer_min_max_mapping[t]
 
+    def layer_output_range(self, t: Any) -> Optional[Tuple[Optional[float], Optional[float]]]:
+        """The layer's (min, max) output values; None when unknown (an unhashable node type too)."""
+        try:
+            return self.layer_min_max_mapping.get(t)
+        except TypeError:  # an unhashable node type
+            return None
+
     def activation_has_min_max(self, activation_name: str) -> bool:
         return activation_name in self.activation_min_max_mapping
 

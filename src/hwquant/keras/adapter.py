@@ -138,13 +138,8 @@ class KerasAdapter(KerasCorrectionFacts):
                 if isinstance(name, str) and self.fw_info.activation_has_min_max(name) else None
         if node.kind == NodeKind.MODULE and node.type is L.ReLU:  # as "relu" / "relu6"; a leaky or shifted one: unknown
             return None if self.activation_info(node) is None else self.fw_info.get_activation_min_max("relu")
-        if node.kind not in (NodeKind.MODULE, NodeKind.FUNCTION):
-            return None
-        try:
-            known = self.fw_info.layers_has_min_max(node.type)
-        except TypeError:  # an unhashable node type
-            return None
-        return self.fw_info.get_layer_min_max(node.type) if known else None
+        known = node.kind in (NodeKind.MODULE, NodeKind.FUNCTION)
+        return self.fw_info.layer_output_range(node.type) if known else None
 
     def sensitivity_backend(self) -> Any:
         from hwquant.keras.mixed_precision import KerasSensitivityBackend

@@ -77,13 +77,8 @@ class PytorchAdapter(PytorchCorrectionFacts):
         return node.kind == NodeKind.FUNCTION and node.type is F.pad and self.commutes_with_channel_scale(node)
 
     def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
-        if node.kind not in (NodeKind.MODULE, NodeKind.FUNCTION, NodeKind.METHOD):
-            return None
-        try:
-            known = self.fw_info.layers_has_min_max(node.type)
-        except TypeError:  # an unhashable node type
-            return None
-        return self.fw_info.get_layer_min_max(node.type) if known else None
+        known = node.kind in (NodeKind.MODULE, NodeKind.FUNCTION, NodeKind.METHOD)
+        return self.fw_info.layer_output_range(node.type) if known else None
 
     def kernel_axes(self, node: Node) -> Optional[Tuple[int, int]]:
         if node.kind != NodeKind.MODULE or "weight" not in node.weights:
