@@ -113,14 +113,6 @@ def _redirect_mct_quantizers() -> None:
             module.__dict__["keras_load_quantized_model"] = keras_load_quantized_model
 
 
-def _restore_mct_quantizers() -> None:
-    for name, original in _mctq_originals.items():
-        module = sys.modules.get(name)
-        if module is not None and original is not None:
-            module.__dict__["keras_load_quantized_model"] = original
-    _mctq_originals.clear()
-
-
 class _AfterExec(importlib.abc.Loader):
     """mct_quantizers' own loader, then the redirection (the package loads as it always does)."""
 
@@ -194,30 +186,20 @@ def disable() -> None:
         for hook in (_finder, _mctq_hook):
             if hook in sys.meta_path:
                 sys.meta_path.remove(hook)
-        _restore_mct_quantizers()
+        for name, original in _mctq_originals.items():
+            module = sys.modules.get(name)
+            if module is not None and original is not None:
+                module.__dict__["keras_load_quantized_model"] = original
+        _mctq_originals.clear()
         for name in [n for n in sys.modules if _is_alias(n)]:
             if getattr(sys.modules[name], "__name__", "").startswith(TARGET):
                 del sys.modules[name]
 
 
-def _console_script(name: str):
-    from importlib.metadata import entry_points
-
-    found = [ep for ep in entry_points(group="console_scripts") if ep.name == name]
-    return found[0] if found else None
-
-
-def _prepare_ultralytics_environment() -> None:
-    if "YOLO_AUTOINSTALL" in os.environ or os.environ.get("ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS"):
-        return
-    os.environ["YOLO_AUTOINSTALL"] = "False"
-    log.warning("YOLO_AUTOINSTALL was not set: set to False for this run, so that Ultralytics does not "
-                "pip-install the real model-compression-toolkit over hwquant (set it yourself to silence this)")
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """`python -m hwquant.mct_alias PROGRAM ARGS...`: run PROGRAM with the alias enabled."""
     import runpy
+    from importlib.metadata import entry_points
 
     args = list(sys.argv[1:] if argv is None else argv)
     usage = ("usage: python -m hwquant.mct_alias PROGRAM [ARGS...]\n"
@@ -228,7 +210,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2 if not args else 0
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    _prepare_ultralytics_environment()
+    if "YOLO_AUTOINSTALL" not in os.environ and not os.environ.get("ULTRALYTICS_SKIP_REQUIREMENTS_CHECKS"):
+        os.environ["YOLO_AUTOINSTALL"] = "False"
+        log.warning("YOLO_AUTOINSTALL was not set: set to False for this run, so that Ultralytics does not "
+                    "pip-install the real model-compression-toolkit over hwquant (set it yourself to silence this)")
     enable()
     if args[0] == "-m":
         if len(args) < 2:
@@ -242,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.argv = [program, *rest]
         runpy.run_path(program, run_name="__main__")
         return 0
-    script = _console_script(program)
+    script = next((ep for ep in entry_points(group="console_scripts") if ep.name == program), None)
     if script is None:
         print(f"hwquant.mct_alias: '{program}' is neither a file nor an installed console script (`pip show` the "
               f"package that provides it)\n{usage}", file=sys.stderr)

@@ -59,20 +59,6 @@ class _MarkedQuantizer(nn.Module):
         return _MarkerFunction.apply(x, id(self.quantizer), self.spec_json)
 
 
-def _with_markers(marked: nn.Module) -> nn.Module:
-    """`marked` (an export copy) with each quantizer replaced by its marker, in place."""
-    for _, owner, weight, q in list(quantizer_slots(marked)):
-        if isinstance(q, InferableQuantizer):
-            set_quantizer(owner, weight, _MarkedQuantizer(q))
-    return marked
-
-
-def _input_names(model: nn.Module, n: int) -> List[str]:
-    graph = getattr(model, "graph", None)
-    names = [node.name for node in graph.nodes if node.op == "placeholder"] if graph is not None else []
-    return names if len(names) == n else [f"input_{i}" for i in range(n)]
-
-
 def _traced_sizes(model: nn.Module) -> None:
     """A torch.export capture reads sizes with ``aten.sym_size``, which the ONNX tracer sees as plain
     integers: the traced batch would be baked into every reshape of a file that declares a dynamic
@@ -116,13 +102,17 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
     _traced_sizes(export_copy)
     if imx500_forms:
         rewrite_for_imx500(export_copy, example)
-    marked = _with_markers(export_copy)
+    for _, owner, weight, q in list(quantizer_slots(export_copy)):  # each quantizer replaced by its marker
+        if isinstance(q, InferableQuantizer):
+            set_quantizer(owner, weight, _MarkedQuantizer(q))
     n_out = len(torch.utils._pytree.tree_leaves(outputs))
     out_names = list(output_names) if output_names is not None else [f"output_{i}" for i in range(n_out)]
     if len(out_names) != n_out:
         raise ExportError(f"output_names has {len(out_names)} names ({out_names}) but the model has {n_out} "
                           "output(s); give one name per output")
-    inputs = _input_names(model, len(example))
+    graph = getattr(model, "graph", None)
+    inputs = [node.name for node in graph.nodes if node.op == "placeholder"] if graph is not None else []
+    inputs = inputs if len(inputs) == len(example) else [f"input_{i}" for i in range(len(example))]
     buffer = io.BytesIO()
     # (torch.onnx keeps its exporting state in module globals: exports take turns with captures)
     with CAPTURE_LOCK, warnings.catch_warnings():
@@ -130,7 +120,7 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
         # torch.onnx.utils.export is the TorchScript exporter (whose custom-op symbolics write the quantizer
         # markers) on every torch 2.x; torch.onnx.export is not: its default became the torch.export-based
         # exporter in 2.9, and callers wrap it (Ultralytics adds dynamo=False to every call)
-        torch.onnx.utils.export(marked, tuple(example), buffer, opset_version=opset,
+        torch.onnx.utils.export(export_copy, tuple(example), buffer, opset_version=opset,
                                 input_names=inputs, output_names=out_names, do_constant_folding=True,
                                 dynamic_axes={n: {0: "batch"} for n in inputs + out_names})
     return onnx.load_from_string(buffer.getvalue())

@@ -102,22 +102,16 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
                 is_function = n.op == "call_function"
                 layer_type = n.target if is_function else getattr(torch.Tensor, n.target, n.target)
                 attrs = {k: v for k, v in n.kwargs.items() if not isinstance(v, (fx.Node, torch.Tensor))}
+                path = list(n.meta.get("nn_module_stack") or {"": ""}.values())[-1]  # the innermost module's
+                scope = path[0] if isinstance(path, tuple) else str(path)
                 nodes.append(Node(n.name, NodeKind.FUNCTION if is_function else NodeKind.METHOD, layer_type, inputs,
-                                  attrs, {}, n.target, args, kwargs, shape, _scope(n)))
+                                  attrs, {}, n.target, args, kwargs, shape, scope))
         elif n.op == "output":
             outputs = map_nested(n.args[0], lambda a: _output_name(a, names))
         if n.op != "output":
             dtype = getattr(n.meta.get("tensor_meta"), "dtype", None)
             nodes[-1].float_output = dtype is None or dtype.is_floating_point or dtype.is_complex
     return Graph(nodes, outputs, name=name)
-
-
-def _scope(n: fx.Node) -> str:
-    stack = n.meta.get("nn_module_stack")
-    if stack:
-        path = list(stack.values())[-1]
-        return path[0] if isinstance(path, tuple) else str(path)
-    return ""
 
 
 def _output_name(arg: Any, names: Dict[fx.Node, str]) -> str:
