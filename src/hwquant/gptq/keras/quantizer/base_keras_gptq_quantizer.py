@@ -3,5 +3,4 @@ the base of Keras GPTQ weight quantizers."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "BaseKerasGPTQTrainableQuantizer": "hwquant.keras.gptq.quantizers",
-}, globals())
+    "BaseKerasGPTQTrainableQuantizer": "hwquant.keras.gptq.quantizers"}, globals())

@@ -3,5 +3,4 @@ the base of QAT weight quantizers."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "BaseKerasQATWeightTrainableQuantizer": "hwquant.keras.mct_paths",
-}, globals())
+    "BaseKerasQATWeightTrainableQuantizer": "hwquant.keras.mct_paths"}, globals())

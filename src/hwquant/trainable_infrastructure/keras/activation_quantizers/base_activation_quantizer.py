@@ -3,5 +3,4 @@ the base of trainable activation quantizers."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "BaseKerasActivationTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+    "BaseKerasActivationTrainableQuantizer": "hwquant.keras.trainable"}, globals())

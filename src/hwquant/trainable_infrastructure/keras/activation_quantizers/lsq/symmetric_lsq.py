@@ -3,5 +3,4 @@ the LSQ activation quantizer, power-of-two / symmetric."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "LSQSymmetricActivationTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+    "LSQSymmetricActivationTrainableQuantizer": "hwquant.keras.trainable"}, globals())

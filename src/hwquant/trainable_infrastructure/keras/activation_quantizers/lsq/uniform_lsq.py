@@ -3,5 +3,4 @@ the LSQ activation quantizer, uniform."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "LSQUniformActivationTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+    "LSQUniformActivationTrainableQuantizer": "hwquant.keras.trainable"}, globals())

@@ -3,5 +3,4 @@ the STE activation quantizer, power-of-two / symmetric."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "STESymmetricActivationTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+    "STESymmetricActivationTrainableQuantizer": "hwquant.keras.trainable"}, globals())

@@ -3,5 +3,4 @@ the STE activation quantizer, uniform."""
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "STEUniformActivationTrainableQuantizer": "hwquant.keras.trainable",
-}, globals())
+    "STEUniformActivationTrainableQuantizer": "hwquant.keras.trainable"}, globals())
