@@ -31,14 +31,6 @@ def collect_statistics(graph: Graph, adapter: FrameworkAdapter, statistics: Dict
     return batches
 
 
-def _fixed_range(cfg) -> Dict[str, float]:
-    """A fixed scale / zero point (signed integer convention) as a uniform range."""
-    a = cfg.activation_quantization_cfg
-    lo_int, hi_int = -2 ** (a.activation_n_bits - 1), 2 ** (a.activation_n_bits - 1) - 1
-    zp = a.fixed_zero_point or 0
-    return {RANGE_MIN: (lo_int - zp) * a.fixed_scale, RANGE_MAX: (hi_int - zp) * a.fixed_scale}
-
-
 def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistics,
                           value_map: Optional[ValueMap] = None,
                           output_range: Optional[Tuple[Optional[float], Optional[float]]] = None) -> None:
@@ -48,9 +40,11 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
     a = config.activation_quantization_cfg
     if not a.quantized:
         return
-    if a.fixed_scale is not None:
+    if a.fixed_scale is not None:  # a fixed scale / zero point (signed integer convention) as a uniform range
         a.activation_quantization_method = QuantizationMethod.UNIFORM
-        a.activation_quantization_params = _fixed_range(config)
+        lo_int, hi_int = -2 ** (a.activation_n_bits - 1), 2 ** (a.activation_n_bits - 1) - 1
+        zp = a.fixed_zero_point or 0
+        a.activation_quantization_params = {RANGE_MIN: (lo_int - zp) * a.fixed_scale, RANGE_MAX: (hi_int - zp) * a.fixed_scale}
         return
     a.activation_quantization_params = activation_quantization_params(
         a.activation_quantization_method, a.activation_n_bits, a.activation_error_method, stats,

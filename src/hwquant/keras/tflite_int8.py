@@ -158,13 +158,6 @@ class _BatchFreeReshape(keras.layers.Layer):
         return tf.reshape(x, (-1,) + tuple(size // known if d == -1 else int(d) for d in self.target))
 
 
-def _batch_free_reshape(layer: Any) -> bool:
-    """A Flatten (channels last: no transpose) or a Reshape, which _BatchFreeReshape computes alike."""
-    if isinstance(layer, keras.layers.Flatten):
-        return getattr(layer, "data_format", "channels_last") == "channels_last"
-    return isinstance(layer, keras.layers.Reshape)
-
-
 def _integer_model(model: Any, batch_size: Optional[int]) -> Any:
     float_kernels = [layer.name for layer in model.layers if layer.weights and not isinstance(
         layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder))]
@@ -180,7 +173,9 @@ def _integer_model(model: Any, batch_size: Optional[int]) -> Any:
             return _FakeQuantActivation(layer, tie_break=layer.name in several_inputs)
         if isinstance(layer, KerasQuantizationWrapper):
             return _IntegerKernelLayer(layer)
-        if _batch_free_reshape(layer):
+        # a Flatten (channels last: no transpose) or a Reshape, which _BatchFreeReshape computes alike
+        if isinstance(layer, keras.layers.Flatten) and getattr(layer, "data_format", "channels_last") == "channels_last" \
+                or isinstance(layer, keras.layers.Reshape):
             return _BatchFreeReshape(layer)
         return layer
 

@@ -152,21 +152,16 @@ class _ThisThreadTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
 
-def _symbolic_trace(model: torch.nn.Module, concrete_args: Any) -> fx.GraphModule:
-    """fx.symbolic_trace, one capture at a time (concurrency.CAPTURE_LOCK) and blind to other threads."""
-    with CAPTURE_LOCK:
-        tracer = _ThisThreadTracer()
-        graph = tracer.trace(model, concrete_args=concrete_args)
-    return fx.GraphModule(tracer.root, graph, type(model).__name__)
-
-
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Graph:
     """The core graph of `model` (not modified: a copy is traced), with shapes from `example_inputs`."""
     model = copy.deepcopy(model).eval()
     name = type(model).__name__
     concrete = _defaulted_arguments(model, len(example_inputs))
     try:
-        gm = _symbolic_trace(model, concrete or None)
+        with CAPTURE_LOCK:  # fx.symbolic_trace, one capture at a time and blind to other threads
+            tracer = _ThisThreadTracer()
+            traced = tracer.trace(model, concrete_args=concrete or None)
+        gm = fx.GraphModule(tracer.root, traced, name)
         if concrete:
             _drop_specialised_inputs(gm, len(example_inputs))
     except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallbacks
