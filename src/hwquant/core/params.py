@@ -236,14 +236,6 @@ def _pick(cands: Sequence[np.ndarray], err: np.ndarray):
     return tuple(a[rows, j] for a in cands), err[rows, j], j
 
 
-def _search_pot(score, base: np.ndarray, min_threshold: float) -> np.ndarray:
-    """base: (R,) no-clipping powers of two. Candidates base * 2**-k, k < _POT_CANDIDATES."""
-    floor = power_of_two_threshold(min_threshold, min_threshold)
-    cands = np.maximum(base[:, None] * 2.0 ** -np.arange(_POT_CANDIDATES), floor)
-    (best,), _, _ = _pick((cands,), score((cands,)))
-    return best
-
-
 def _search_threshold(score, base: np.ndarray, min_threshold: float, prof: _Profile) -> np.ndarray:
     """base: (R,) no-clipping thresholds (>= min_threshold). A descending sweep (evenly spaced from
     r_max * base down to base, then geometric down to r_min * base), then refinement."""
@@ -403,8 +395,10 @@ def _select(method, n_bits, error_method, scorer, lo0, hi0, signed, min_threshol
         base = power_of_two_threshold(base, min_threshold)
     if error_method == QuantizationErrorMethod.NOCLIPPING:
         t = base
-    elif pot:
-        t = _search_pot(scorer(_threshold_maker(n_bits, signed)), base, min_threshold)
+    elif pot:  # candidates: each no-clipping power of two halved k times, k < _POT_CANDIDATES
+        floor = power_of_two_threshold(min_threshold, min_threshold)
+        cands = np.maximum(base[:, None] * 2.0 ** -np.arange(_POT_CANDIDATES), floor)
+        (t,), _, _ = _pick((cands,), scorer(_threshold_maker(n_bits, signed))((cands,)))
     else:
         t = _search_threshold(scorer(_threshold_maker(n_bits, signed)), base, min_threshold, prof)
     return {THRESHOLD: t}
