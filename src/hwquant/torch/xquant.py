@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from hwquant.core.config import CoreConfig
-from hwquant.xquant.analysis import XQuantInputError
+from hwquant.xquant.analysis import XQuantInputError, check_reference
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.report import RunSettings, generate_report, settings_for
@@ -75,6 +75,7 @@ class TorchXQuantBackend:
                 layer.layer_type = type(target).__name__ if target is not None else \
                     getattr(getattr(node, "type", None), "__name__", str(getattr(node, "type", "?")))
         self._observers: Dict[Tuple[str, ...], torch.nn.Module] = {}
+        self._float_checked = False
 
     @staticmethod
     def _inputs_only(dataset: Callable[[], Any]) -> Callable[[], Any]:
@@ -103,8 +104,11 @@ class TorchXQuantBackend:
 
     @torch.no_grad()
     def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
-        float_outputs = [_numpy(t) for t in self._flat(self.float_model(*batch))]
-        _, tensors = self._observer(names)(*batch)
+        outputs, tensors = self._observer(names)(*batch)
+        reference_outputs = [_numpy(t) for t in self._flat(outputs)]
+        if not self._float_checked:  # the reference stands for the float model: checked on the first batch
+            check_reference(reference_outputs, [_numpy(t) for t in self._flat(self.float_model(*batch))])
+            self._float_checked = True
         float_tensors = {n: _numpy(t) for n, t in zip(names, tensors)}
         captured: Dict[str, np.ndarray] = {}
         hooks = []
@@ -121,7 +125,7 @@ class TorchXQuantBackend:
         # a profiled input of a merging layer that the quantized model does not quantize: its float value
         for name in names:
             captured.setdefault(name, float_tensors[name])
-        return BatchRun(float_outputs, quantized_outputs, float_tensors, captured)
+        return BatchRun(reference_outputs, quantized_outputs, float_tensors, captured)
 
     def native(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array))

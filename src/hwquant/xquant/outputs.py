@@ -61,20 +61,22 @@ def _similarity_graph(plt: Any, path: str, metric: str, dataset: str, intermedia
     values = [intermediate[n][metric] for n in names]
     values = [v if math.isfinite(v) else np.nan for v in values]
     marked = [i for i, n in enumerate(names) if n in degraded]
-    fig = plt.figure(figsize=(max(len(names) / 3, 6), 5))
-    plt.plot(names, values, markevery=marked, marker="o", markersize=14, markeredgecolor="r",
-             markerfacecolor="none", markeredgewidth=2)
-    plt.grid()
-    plt.title(f"quant_loss_{metric}_{dataset}")
-    plt.xlabel("layer name")
-    plt.ylabel(metric)
-    plt.xticks(rotation=90)
-    for i, label in enumerate(plt.gca().get_xticklabels()):
-        if i in marked:
-            label.set_color("red")
-    plt.axhline(threshold, color="red", linestyle="dashed")
-    plt.tight_layout()
-    fig.savefig(path)
+    # fixed margins instead of tight_layout, which draws the hundred rotated labels twice
+    height, label_inches = 5.0, 0.075 * max((len(n) for n in names), default=1) + 0.6
+    fig, ax = plt.subplots(figsize=(max(len(names) / 4.5, 6), height + label_inches))
+    ax.plot(range(len(names)), values, markevery=marked, marker="o", markersize=14, markeredgecolor="r",
+            markerfacecolor="none", markeredgewidth=2)
+    ax.grid()
+    ax.set_title(f"quant_loss_{metric}_{dataset}")
+    ax.set_xlabel("layer name")
+    ax.set_ylabel(metric)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=90, fontsize=7)
+    for i in marked:
+        ax.get_xticklabels()[i].set_color("red")
+    ax.axhline(threshold, color="red", linestyle="dashed")
+    fig.subplots_adjust(bottom=label_inches / (height + label_inches), left=0.06, right=0.98, top=0.94)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 

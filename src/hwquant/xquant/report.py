@@ -226,7 +226,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
         if profile is not None and profile.count:
             row["float"] = {"min": profile.low, "max": profile.high, "mean": profile.mean, "std": profile.std,
                             "max_zscore": profile.max_zscore(),
-                            "clipped_fraction": profile.clipped / profile.count if value_range else None,
+                            "clipped_fraction": profile.clipped / max(profile.sampled, 1) if value_range else None,
                             "own_activation_sqnr_db": in_db(profile.own_error.metrics()["sqnr"])
                             if profile.own_error.n else None,
                             "histogram": _histogram(profile, value_range)}
