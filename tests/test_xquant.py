@@ -158,3 +158,22 @@ def test_config_checks_its_values():
     assert (c.threshold_degrade_layer_ratio, c.threshold_zscore_outlier_removal,
             c.threshold_ratio_unbalanced_concatenation,
             c.threshold_bitwidth_mixed_precision_with_model_output_loss_objective) == (0.5, 5.0, 16.0, 2)
+
+
+def test_mixed_precision_runs_are_measured_at_their_own_bit_widths(kit, quantized, tmp_path):
+    model, _, batches = quantized
+    full = kit.resource_utilization_data(model, batches)
+    target = mct.core.ResourceUtilization(weights_memory=full.weights_memory * 0.6)
+    q, info = kit.ptq(model, batches, target_resource_utilization=target)
+    # what the run was is read back from the model: its settings and its target
+    from hwquant.core.model_metadata import settings_of
+    metadata = getattr(q, "hwquant_metadata")
+    qc, tpc, read_target, notes = settings_of(metadata)
+    assert read_target.weights_memory == pytest.approx(target.weights_memory) and notes == []
+    similarity = _report(kit, model, q, batches, mct.xquant.XQuantConfig(tmp_path, measure_fixes=1),
+                         troubleshoot=False)
+    report = similarity.report
+    assert any(n.startswith("mixed precision chose W") for r in report["layers"] for n in r["pipeline"])
+    assert any("pinned" in n for n in report["settings"]["notes"])
+    # the reproduced baseline is the model itself, quantized again at its own bit widths
+    assert report["baseline"]["sqnr_db"] == pytest.approx(report["output"]["repr"]["sqnr_db"], abs=0.5)

@@ -223,8 +223,14 @@ def render_html(report: Dict[str, Any]) -> str:
                  + f'largest activation {res.get("largest_activation_tensor", 0) / 1024:.1f} KiB</div></div>')
     causes = report.get("causes") or {}
     cause_items = []
+    def cause(item: Any) -> str:
+        if isinstance(item, str):
+            return _e(item)
+        if str(item[1]).endswith(".png"):  # (layer, its histogram image in the report folder)
+            return f'<a href="{_e(item[1])}">{_e(item[0])}</a>'
+        return _e(" / ".join(map(str, item)))
     for key, items in causes.items():
-        shown = ", ".join(_e(i if isinstance(i, str) else " / ".join(map(str, i[:2]))) for i in items[:12])
+        shown = ", ".join(cause(i) for i in items[:12])
         more = f" and {len(items) - 12} more" if len(items) > 12 else ""
         cause_items.append(f"<li><b>{_e(key)}</b>: {shown}{more}</li>")
     if not report["causes_judged"]:

@@ -120,6 +120,11 @@ def _pipeline_notes(name: str, reference_names: set, quantized_names: set, metad
     pipeline = metadata.get("pipeline") or {}
     if name in (pipeline.get("float_layers") or {}):
         notes.append(f"left float: {pipeline['float_layers'][name]}")
+    chosen = (pipeline.get("mixed_precision_bit_widths") or {}).get(name)
+    if chosen is not None:  # [activation bits or None, {weight: bits}]
+        a_bits, w_bits = chosen
+        parts = [f"W{b}" for b in (w_bits or {}).values()] + ([f"A{a_bits}"] if a_bits is not None else [])
+        notes.append(f"mixed precision chose {' '.join(parts)}")
     if name in (pipeline.get("kept_float_masks") or []):
         notes.append("kept float (masking values)")
     return notes
