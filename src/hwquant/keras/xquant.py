@@ -52,7 +52,7 @@ class KerasXQuantBackend:
         state, _ = _session(float_model, repr_dataset,
                             CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc)
         prepare(state)
-        self.reference = state.graph
+        self.reference, self.adapter = state.graph, state.adapter
         self._outputs: Dict[str, Any] = {}   # node -> the quantized model's tensor compared there
         self._layers: Dict[str, LayerFacts] = {}
         for layer in quantized_model.layers:
@@ -66,6 +66,9 @@ class KerasXQuantBackend:
                 facts = self._layers.setdefault(node, LayerFacts(node, ""))
                 facts.layer_type = type(layer.layer).__name__
                 facts.weights = {k: f for k, q in layer.weights_quantizers.items() if (f := _facts(q)) is not None}
+                bias = getattr(layer.layer, "bias", None)
+                facts.bias = None if bias is None or "bias" in facts.weights else np.asarray(
+                    keras.ops.convert_to_numpy(bias), np.float32)
                 self._outputs.setdefault(node, layer.output)
         for name, facts in self._layers.items():
             if not facts.layer_type:

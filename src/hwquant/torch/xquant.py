@@ -67,6 +67,8 @@ class TorchXQuantBackend:
                 layer = self._layers.setdefault(node, LayerFacts(node, ""))
                 layer.layer_type = type(module.layer).__name__
                 layer.weights = {k: f for k, q in module.weights_quantizers.items() if (f := _facts(q)) is not None}
+                bias = getattr(module.layer, "bias", None)
+                layer.bias = None if not isinstance(bias, torch.Tensor) else _numpy(module.float_weight("bias"))
                 self._modules.setdefault(node, module)
         for name, layer in self._layers.items():
             if not layer.layer_type:

@@ -46,6 +46,7 @@ class LayerFacts:
     layer_type: str
     activation: Optional[QuantizerFacts] = None
     weights: Dict[str, QuantizerFacts] = field(default_factory=dict)
+    bias: Optional[np.ndarray] = None     # the bias the quantized layer adds (after any bias correction)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class BatchRun:
 class XQuantBackend(Protocol):
     framework: str                       # "pytorch" / "keras"
     reference: Graph                     # the float reference graph, with the TPC's candidates per node
+    adapter: Any                         # the framework adapter of the reference (resource figures read it)
 
     def batches(self, dataset: Callable[[], Any], validation: bool) -> Iterator[List[Any]]:
         """The model inputs of each batch (a validation dataset yields (inputs, labels): labels dropped)."""

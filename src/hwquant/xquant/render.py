@@ -217,10 +217,21 @@ def render_html(report: Dict[str, Any]) -> str:
                  f'</div><div class="k">by the thresholds below</div></div>')
     res = report.get("resources") or {}
     target = res.get("target") or {}
-    cards.append(f'<div class="card"><div class="k">weights memory</div><div class="v">'
-                 f'{res.get("weights_memory", 0) / 1024:.1f} KiB</div><div class="k">'
-                 + (f'target {target["weights_memory"] / 1024:.1f} KiB &middot; ' if "weights_memory" in target else "")
-                 + f'largest activation {res.get("largest_activation_tensor", 0) / 1024:.1f} KiB</div></div>')
+
+    def figure(name: str, label: str, unit: str, scale: float) -> str:
+        value = res.get(name)
+        if value is None or not math.isfinite(value):
+            return ""
+        limit = target.get(name)
+        within = "" if limit is None else (f' &middot; target {limit / scale:.1f} {unit} '
+                                           + ('<span class="tag green">met</span>' if value <= limit * (1 + 1e-9)
+                                              else '<span class="tag red">exceeded</span>'))
+        return f'<div class="k">{label}: <b>{value / scale:.1f} {unit}</b>{within}</div>'
+    cards.append('<div class="card"><div class="k">resources (as the mixed-precision search counts them)</div>'
+                 + figure("weights_memory", "weights memory", "KiB", 1024)
+                 + figure("activation_memory", "activation memory", "KiB", 1024)
+                 + figure("total_memory", "total memory", "KiB", 1024)
+                 + figure("bops", "BOPs", "G", 1e9) + "</div>")
     causes = report.get("causes") or {}
     cause_items = []
     def cause(item: Any) -> str:

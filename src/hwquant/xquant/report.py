@@ -106,9 +106,16 @@ def _histogram(profile: TensorProfile, value_range: Optional[tuple]) -> Optional
     return {"counts": counts.tolist(), "edges": edges.tolist()}
 
 
-def _pipeline_notes(name: str, reference_names: set, quantized_names: set, metadata: Dict[str, Any]) -> List[str]:
-    """What the pipeline did to a layer, from the names it gave and the run's record."""
+def _pipeline_notes(name: str, reference: Any, layer: LayerFacts, quantized_names: set,
+                    metadata: Dict[str, Any]) -> List[str]:
+    """What the pipeline did to a layer, from the names it gave, its bias against the float one, and the
+    run's record."""
     notes = []
+    float_bias = reference.node(name).weights.get("bias") if name in reference else None
+    if layer.bias is not None and float_bias is not None and np.shape(float_bias) == layer.bias.shape:
+        shift = float(np.max(np.abs(layer.bias - np.asarray(float_bias, np.float32))))
+        if shift > 1e-6 * max(float(np.max(np.abs(float_bias))), 1e-12):
+            notes.append(f"bias corrected (by up to {shift:.3g})")
     if name.endswith("_bn") or "_bn_" in name:
         notes.append("batch norm folded in")
     if "collapsed" in name:
@@ -226,7 +233,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
             "compared": node.name in compared, "degraded": node.name in degraded,
             "own_noise": noise.get(node.name), "rank": ranking.index(node.name) + 1 if node.name in ranking else None,
             "similarity_repr": repr_sim.intermediate.get(node.name), "similarity_val": val_sim.intermediate.get(node.name),
-            "pipeline": _pipeline_notes(node.name, reference_names, quantized_names, metadata),
+            "pipeline": _pipeline_notes(node.name, reference, layer, quantized_names, metadata),
         }
         if profile is not None and profile.count:
             row["float"] = {"min": profile.low, "max": profile.high, "mean": profile.mean, "std": profile.std,
@@ -252,7 +259,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
         "layers": rows, "not_compared": not_compared, "degraded": degraded,
         "causes_judged": judged, "causes": causes, "output_layers": outputs,
         "baseline": baseline, "fixes": [f.as_dict() for f in candidates],
-        "resources": _resources(reference, layers, settings.target),
+        "resources": _resources(backend, layers, settings.target),
         "thresholds": {"threshold_quantize_error": config.threshold_quantize_error,
                        "is_detect_under_threshold_quantize_error": config.is_detect_under_threshold_quantize_error},
     }
@@ -276,21 +283,27 @@ def _measure_order(fixes: List[Fix]) -> List[Fix]:
         [f for f in fixes if not f.deployable]
 
 
-def _resources(reference: Any, layers: Dict[str, LayerFacts], target: Any) -> Dict[str, Any]:
-    """The quantized model's weights memory (bytes: each weight at its bit width, float ones at 32) and
-    largest activation tensor (bytes at its bit width), beside the run's targets."""
-    weights_bytes = 0.0
-    largest_activation = 0.0
-    for node in reference:
+def _resources(backend: XQuantBackend, layers: Dict[str, LayerFacts], target: Any) -> Dict[str, Any]:
+    """The quantized model's resource figures as the mixed-precision search counts them (weights, activation and
+    total memory in bytes, BOPs): each node at the candidate of its bit widths in the quantized model, beside
+    the run's targets."""
+    from hwquant.core.resource_utilization import compute_resource_utilization
+
+    def config_of(node: Any) -> Any:
+        if not node.candidates:
+            return None
         layer = layers.get(node.name)
-        for attr, w in node.weights.items():
-            q = layer.weights.get(str(attr)) if layer else None
-            weights_bytes += np.size(w) * (q.n_bits if q else 32) / 8
-        shape = node.output_shape if isinstance(node.output_shape, tuple) else None
-        if shape and layer is not None and layer.activation is not None:
-            size = math.prod(d for d in shape[1:] if isinstance(d, int))
-            largest_activation = max(largest_activation, size * layer.activation.n_bits / 8)
-    out: Dict[str, Any] = {"weights_memory": weights_bytes, "largest_activation_tensor": largest_activation}
+        if layer is None:  # not quantized in the model
+            return None
+        wanted = (layer.activation.n_bits if layer.activation else None,
+                  [q.n_bits for q in layer.weights.values()])
+        for cfg in node.candidates:
+            a_bits, w_bits = cfg.bit_widths()
+            if (a_bits, list(w_bits.values())[:len(wanted[1])]) == wanted:
+                return cfg
+        return node.candidates[0]
+    figures = compute_resource_utilization(backend.reference, config_of, backend.adapter)
+    out: Dict[str, Any] = {name: getattr(figures, name) for name in type(figures).model_fields}
     if target is not None:
         out["target"] = {name: getattr(target, name) for name in type(target).model_fields
                          if math.isfinite(getattr(target, name))}
