@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 import keras
 import numpy as np
 
-from hwquant.xquant.analysis import XQuantInputError
+from hwquant.xquant.analysis import XQuantInputError, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.report import RunSettings, generate_report, settings_for
@@ -81,13 +81,7 @@ class KerasXQuantBackend:
 
     def batches(self, dataset: Callable[[], Any], validation: bool) -> Iterator[List[Any]]:
         for item in dataset():
-            if validation:
-                if not isinstance(item, (list, tuple)) or not item:
-                    raise XQuantInputError("validation_dataset must yield (inputs, labels) pairs, as MCT's does; got "
-                                           f"{type(item).__name__}")
-                item = item[0]
-            inputs = list(item) if isinstance(item, (list, tuple)) else [item]
-            yield [np.asarray(keras.ops.convert_to_numpy(x)) for x in inputs]
+            yield [np.asarray(keras.ops.convert_to_numpy(x)) for x in model_inputs(item, validation)]
 
     def _observer(self, names: Sequence[str]) -> Tuple[Any, Any, List[str]]:
         from hwquant.keras.builder import build_model

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from hwquant.core.config import CoreConfig
-from hwquant.xquant.analysis import XQuantInputError, check_reference
+from hwquant.xquant.analysis import XQuantInputError, check_reference, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.report import RunSettings, generate_report, settings_for
@@ -88,14 +88,8 @@ class TorchXQuantBackend:
 
     def batches(self, dataset: Callable[[], Any], validation: bool) -> Iterator[List[Any]]:
         for item in dataset():
-            if validation:
-                if not isinstance(item, (list, tuple)) or not item:
-                    raise XQuantInputError("validation_dataset must yield (inputs, labels) pairs, as MCT's does; got "
-                                           f"{type(item).__name__}")
-                item = item[0]
-            inputs = list(item) if isinstance(item, (list, tuple)) else [item]
-            yield [torch.as_tensor(np.asarray(x)).to(self.device) if isinstance(x, np.ndarray) else
-                   torch.as_tensor(x).to(self.device) for x in inputs]
+            yield [torch.as_tensor(np.asarray(x) if isinstance(x, np.ndarray) else x).to(self.device)
+                   for x in model_inputs(item, validation)]
 
     def _observer(self, names: Sequence[str]) -> torch.nn.Module:
         from hwquant.torch.builder import build_module

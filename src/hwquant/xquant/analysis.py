@@ -169,6 +169,17 @@ def check_reference(reference_outputs: List[np.ndarray], float_outputs: List[np.
                                "please report this model")
 
 
+def model_inputs(item: Any, validation: bool) -> List[Any]:
+    """A dataset's item as the model's list of inputs: MCT's representative data yields the inputs (a list, or
+    one array), its validation data (inputs, labels)."""
+    if validation:
+        if not isinstance(item, (list, tuple)) or not item:
+            raise XQuantInputError(f"validation_dataset must yield (inputs, labels) pairs, as MCT's does; got "
+                                   f"{type(item).__name__}")
+        item = item[0]
+    return list(item) if isinstance(item, (list, tuple)) else [item]
+
+
 def chunks(batch: List[Any]) -> List[List[Any]]:
     n = len(batch[0])
     return [[a[s:s + CHUNK] for a in batch] for s in range(0, n, CHUNK)] if n > CHUNK else [batch]
