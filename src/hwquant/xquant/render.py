@@ -231,7 +231,7 @@ def render_html(report: Dict[str, Any]) -> str:
                  + figure("weights_memory", "weights memory", "KiB", 1024)
                  + figure("activation_memory", "activation memory", "KiB", 1024)
                  + figure("total_memory", "total memory", "KiB", 1024)
-                 + figure("bops", "BOPs", "G", 1e9) + "</div>")
+                 + figure("bops", "BOPs", *(("G", 1e9) if res.get("bops", 0) >= 1e9 else ("M", 1e6))) + "</div>")
     causes = report.get("causes") or {}
     cause_items = []
     def cause(item: Any) -> str:
