@@ -71,13 +71,10 @@ def main() -> None:
         core = mct.core.CoreConfig()
         tpc = mct.get_target_platform_capabilities(tpc_version=args.tpc_version)
         if args.w4:
-            from model_compression_toolkit.target_platform_capabilities.constants import KERNEL_ATTR
             tpc = imx500_tpc_with_kernel_bits(4)
             bw = mct.core.BitWidthConfig()
-            bw.set_manual_weights_bit_width(mct.core.common.network_editors.NodeTypeFilter(torch.nn.Conv2d), 4,
-                                            KERNEL_ATTR)
-            bw.set_manual_weights_bit_width(mct.core.common.network_editors.NodeTypeFilter(torch.nn.Linear), 4,
-                                            KERNEL_ATTR)
+            nf = mct.core.network_editor.NodeTypeFilter
+            bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], 4, "weight")
             core = mct.core.CoreConfig(bit_width_config=bw)
         start = time.perf_counter()
         q, _ = mct.ptq.pytorch_post_training_quantization(model, rep, core_config=core,

@@ -68,8 +68,14 @@ def run_one(name: str, peer: bool, batch: int = 16) -> dict:
         report_fn = mct.xquant.xquant_report_troubleshoot_pytorch_experimental
         tpc = mct.get_target_platform_capabilities("4.0" if name in ("onet", "minilm") else "1.0")
         out["tpc"] = "imx500 4.0" if name in ("onet", "minilm") else "imx500 1.0"
-        qc = mct.core.QuantizationConfig(weights_n_bits=4) if name == "mnv2_w4a8" else mct.core.QuantizationConfig()
-        core = mct.core.CoreConfig(quantization_config=qc)
+        core = mct.core.CoreConfig()
+        if name == "mnv2_w4a8":  # every kernel at 4 bits, as MCT's users ask for it (the TPC offers 8, 4 and 2)
+            import torch
+            bw = mct.core.BitWidthConfig()
+            nf = mct.core.network_editor.NodeTypeFilter
+            bw.set_manual_weights_bit_width([nf(torch.nn.Conv2d), nf(torch.nn.Linear)], 4,
+                                            mct.target_platform_capabilities.constants.KERNEL_ATTR)
+            core = mct.core.CoreConfig(bit_width_config=bw)
     rep, val = _gen(rep_x, batch, False), _gen(val_x, batch, True)
     start = time.perf_counter()
     q, _ = ptq(model, rep, core_config=core, target_platform_capabilities=tpc)

@@ -177,3 +177,18 @@ def test_mixed_precision_runs_are_measured_at_their_own_bit_widths(kit, quantize
     assert any("pinned" in n for n in report["settings"]["notes"])
     # the reproduced baseline is the model itself, quantized again at its own bit widths
     assert report["baseline"]["sqnr_db"] == pytest.approx(report["output"]["repr"]["sqnr_db"], abs=0.5)
+
+
+def test_wider_activations_where_the_tpc_offers_them(kit, tmp_path):
+    model = kit.model(IN_SHAPE, SPECS)
+    batches = kit.batches(IN_SHAPE, n=2, batch=8, seed=3)
+    tpc = mct.get_target_platform_capabilities("4.0")  # 16-bit activations for some operator sets
+    q, _ = kit.ptq(model, batches, target_platform_capabilities=tpc)
+    result = _report(kit, model, q, batches, mct.xquant.XQuantConfig(tmp_path, measure_fixes=1), troubleshoot=False)
+    fixes = {f["kind"]: f for f in result.report["fixes"]}
+    assert "activations_16bit" in fixes and fixes["activations_16bit"]["measured"] is not None
+    namespace = {"mct": mct}
+    exec(fixes["activations_16bit"]["code"], namespace)
+    selections = namespace["core_config"].bit_width_config.manual_activation_bit_width_selection_list
+    assert selections and all(s.bit_width == 16 for s in selections)
+    assert any(f["kind"] == "activation_bits" for f in result.report["fixes"])  # one layer at a time, too

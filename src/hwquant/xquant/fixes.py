@@ -74,6 +74,13 @@ def _set_kernel_bits(name: str, bits: int) -> Callable[[Any], None]:
     return apply
 
 
+def _set_activations(names: Sequence[str], bits: int) -> Callable[[Any], None]:
+    def apply(core_config: Any) -> None:
+        for name in names:
+            _set_activation_bits(name, bits)(core_config)
+    return apply
+
+
 def _keep_float(name: str, activation: bool, weights: bool) -> Callable[[Any], None]:
     def apply(core_config: Any) -> None:
         from hwquant.core.network_editor import (ChangeCandidatesActivationQuantConfigAttr,
@@ -196,6 +203,23 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
                                                f"bit_width_config.set_manual_activation_bit_width({_filter(name)}, {bits})",
                                                "bit_width_config=bit_width_config"),
                              _set_activation_bits(name, bits), name))
+    now = {name: layer.activation.n_bits for name, layer in layers.items()
+           if layer.activation is not None and name in reference}
+    widest = {name: max(_allowed_bits(reference.node(name))[0], default=0) for name in now}
+    top = max(widest.values(), default=0)
+    wider = [name for name, bits in widest.items() if bits == top and bits > now[name]]
+    if wider:
+        names = ",\n    ".join(repr(n) for n in wider)
+        fixes.append(Fix("activations_16bit", f"every activation the TPC allows at {top} bits at {top} bits "
+                                              f"({len(wider)} layers)",
+                         f"the TPC offers wider activations for {len(wider)} layer(s) ({', '.join(wider[:3])}"
+                         f"{', ...' if len(wider) > 3 else ''}): the upper bound of what wider activations give",
+                         _core_config_code("bit_width_config = mct.core.BitWidthConfig()\nfor name in [\n    "
+                                           f"{names}]:\n    bit_width_config.set_manual_activation_bit_width("
+                                           "mct.core.network_editor.NodeNameFilter(name), "
+                                           f"{top})",
+                                           "bit_width_config=bit_width_config"),
+                         _set_activations(wider, top)))
     from hwquant.core.error_methods import QuantizationErrorMethod
     alternative = QuantizationErrorMethod.NOCLIPPING if qc.activation_error_method != QuantizationErrorMethod.NOCLIPPING \
         else QuantizationErrorMethod.MSE
