@@ -192,3 +192,20 @@ def test_wider_activations_where_the_tpc_offers_them(kit, tmp_path):
     selections = namespace["core_config"].bit_width_config.manual_activation_bit_width_selection_list
     assert selections and all(s.bit_width == 16 for s in selections)
     assert any(f["kind"] == "activation_bits" for f in result.report["fixes"])  # one layer at a time, too
+
+
+def test_spread_kernel_error_gets_more_bits_on_the_worst_kernels(kit, tmp_path):
+    specs = [("conv", 8, 3), ("relu",), ("conv", 8, 3), ("relu",), ("conv", 8, 3), ("relu",), ("conv", 8, 3)]
+    model = kit.model(IN_SHAPE, specs)
+    batches = kit.batches(IN_SHAPE, n=2, batch=8, seed=3)
+    bit_width = mct.core.BitWidthConfig()
+    kernels = [layer.name for layer in model.layers if "conv" in layer.name] if kit.name == "keras" else \
+        [name for name, m in model.named_modules() if type(m).__name__ == "Conv2d"]
+    names = kernels if kit.name == "keras" else [f"_{n}" for n in kernels]
+    bit_width.set_manual_weights_bit_width([mct.core.network_editor.NodeNameFilter(n) for n in names], 2,
+                                           mct.target_platform_capabilities.constants.KERNEL_ATTR)
+    q, _ = kit.ptq(model, batches, core_config=mct.core.CoreConfig(bit_width_config=bit_width))
+    result = _report(kit, model, q, batches, mct.xquant.XQuantConfig(tmp_path, measure_fixes=1), troubleshoot=False)
+    fix = result.report["fixes"][0]
+    assert fix["kind"] == "weights_bits_many" and fix["measured"]["gain_db"] > 1, fix
+    assert "KiB more weights memory" in fix["why"]

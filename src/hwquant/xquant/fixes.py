@@ -32,6 +32,7 @@ class Fix:
     layer: Optional[str] = None
     deployable: bool = True
     measured: Optional[Dict[str, Any]] = None
+    touches: List[str] = field(default_factory=list)  # the layers whose bit widths it sets (besides ``layer``)
 
     def as_dict(self) -> Dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "layer": self.layer, "why": self.why, "code": self.code,
@@ -172,10 +173,45 @@ def layer_fixes(reference: Graph, layer: LayerFacts, profile: Optional[TensorPro
     return fixes
 
 
+def wider_kernels(layers: Dict[str, LayerFacts], reference: Graph, weights: Dict[str, Dict[str, Dict[str, Any]]]) \
+        -> Optional[Fix]:
+    """More kernel bits for the layers whose kernels lose most (a tenth of the narrower ones, at least two):
+    where the error is spread over many narrow kernels, no single layer's fix shows it; a manual mixed
+    precision does. Its cost in weights memory is said."""
+    narrow = []
+    for name, layer in layers.items():
+        kernel = next(iter(layer.weights.values()), None)
+        allowed = next(iter(_allowed_bits(reference.node(name))[1].values()), set()) if name in reference else set()
+        entry = next(iter(weights.get(name, {}).values()), None)
+        if kernel is not None and entry is not None and allowed and max(allowed) > kernel.n_bits:
+            narrow.append((1 / max(entry["sqnr"], 1e-12), name, kernel.n_bits, max(allowed)))
+    if len(narrow) < 4:
+        return None
+    chosen = sorted(narrow, reverse=True)[:max(2, math.ceil(len(narrow) / 10))]
+    bits = min(c[3] for c in chosen)
+    names = [c[1] for c in chosen]
+    extra = sum(np.size(next(iter(reference.node(n).weights.values()))) * (bits - b) / 8 for _, n, b, _ in chosen)
+
+    def apply(core_config: Any) -> None:
+        for name in names:
+            _set_kernel_bits(name, bits)(core_config)
+    listed = ",\n    ".join(repr(n) for n in names)
+    return Fix("weights_bits_many", f"kernels at {bits} bits in the {len(names)} layers whose kernels lose most",
+               f"{len(narrow)} kernels are narrower than the TPC allows; these {len(names)} lose most to it (about "
+               f"{extra / 1024:.1f} KiB more weights memory)",
+               _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\nfor name in [\n    {listed}]:\n"
+                                 "    bit_width_config.set_manual_weights_bit_width(mct.core.network_editor."
+                                 f"NodeNameFilter(name), {bits}, mct.target_platform_capabilities.constants.KERNEL_ATTR)",
+                                 "bit_width_config=bit_width_config"), apply, touches=names)
+
+
 def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str, LayerFacts],
-                 reference: Graph, framework: str) -> List[Fix]:
+                 reference: Graph, framework: str, weights: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Fix]:
     """Remedies of the judged causes, for the whole model."""
     fixes: List[Fix] = []
+    many = wider_kernels(layers, reference, weights)
+    if many is not None:
+        fixes.append(many)
     if causes.get("outlier_removal") and not math.isfinite(qc.z_threshold):
         z = config.threshold_zscore_outlier_removal
         names = ", ".join(f"'{n}'" for n, _ in causes["outlier_removal"][:3])
@@ -219,7 +255,7 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
                                            "mct.core.network_editor.NodeNameFilter(name), "
                                            f"{top})",
                                            "bit_width_config=bit_width_config"),
-                         _set_activations(wider, top)))
+                         _set_activations(wider, top), touches=wider))
     from hwquant.core.error_methods import QuantizationErrorMethod
     alternative = QuantizationErrorMethod.NOCLIPPING if qc.activation_error_method != QuantizationErrorMethod.NOCLIPPING \
         else QuantizationErrorMethod.MSE
@@ -278,7 +314,8 @@ def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: A
     """The float model quantized again at the quantized model's bit widths (``pinned_core_config``) with
     ``fix`` applied (None: none), and its outputs on the cached representative batches against the float
     model's."""
-    cfg, _ = pinned_core_config(core_config, layers, backend.reference, [fix.layer] if fix and fix.layer else [])
+    touched = [] if fix is None else [*fix.touches, *([fix.layer] if fix.layer else [])]
+    cfg, _ = pinned_core_config(core_config, layers, backend.reference, touched)
     if fix is not None:
         fix.apply(cfg)
     model = backend.quantize(cfg, tpc, None)

@@ -193,7 +193,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
     for name in ranking[:LAYERS_WITH_FIXES]:
         fixes += layer_fixes(reference, layers[name], profiles.get(name), weights[name])
     candidates = global_fixes(causes, settings.core_config.quantization_config, config, layers, reference,
-                              backend.framework) + fixes
+                              backend.framework, weights) + fixes
     order = _measure_order(candidates)
     baseline = None
     if config.measure_fixes and order:
