@@ -104,6 +104,21 @@ class KerasXQuantBackend:
             quantized.setdefault(name, float_tensors[name])
         return BatchRun(float_outputs, _flat(outs), float_tensors, quantized)
 
+    def output_sensitivity(self, batch: List[Any], names: Sequence[str], probes: np.ndarray) -> Dict[str, float]:
+        from hwquant.keras.gradients import gradients
+        reference, _, _ = self._observer(names)
+        totals = dict.fromkeys(names, 0.0)
+        for probe in probes:
+            def forward(xs, probe=probe):
+                outputs, tensors = reference(xs if len(xs) > 1 else xs[0], training=False)
+                flat = keras.ops.concatenate([keras.ops.reshape(o, (-1,)) for o in keras.tree.flatten(outputs)])
+                weights = keras.ops.convert_to_tensor(probe[:int(flat.shape[0])])
+                return keras.ops.sum(flat * keras.ops.cast(weights, flat.dtype)), list(tensors)
+            for name, g in zip(names, gradients(forward, batch, "the troubleshooting report's layer ranking")):
+                if g is not None:
+                    totals[name] += float(np.square(g, dtype=np.float64).sum()) / (len(batch[0]) * len(probes))
+        return totals
+
     def native(self, array: np.ndarray) -> np.ndarray:
         return array
 

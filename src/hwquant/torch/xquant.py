@@ -123,6 +123,21 @@ class TorchXQuantBackend:
             captured.setdefault(name, float_tensors[name])
         return BatchRun(reference_outputs, quantized_outputs, float_tensors, captured)
 
+    def output_sensitivity(self, batch: List[Any], names: Sequence[str], probes: np.ndarray) -> Dict[str, float]:
+        model = self._observer(names)
+        totals = dict.fromkeys(names, 0.0)
+        with torch.enable_grad():
+            for probe in probes:
+                xs = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in batch]
+                outputs, tensors = model(*xs)
+                flat = torch.cat([o.reshape(-1) for o in self._flat(outputs)])
+                loss = (flat * torch.as_tensor(probe[:flat.numel()], dtype=flat.dtype, device=flat.device)).sum()
+                grads = torch.autograd.grad(loss, list(tensors), allow_unused=True)
+                for name, g in zip(names, grads):
+                    if g is not None:
+                        totals[name] += float(g.double().pow(2).sum()) / (len(batch[0]) * len(probes))
+        return totals
+
     def native(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(array))
 

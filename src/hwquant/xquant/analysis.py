@@ -346,15 +346,18 @@ def output_layers(reference: Graph, layers: Dict[str, LayerFacts]) -> List[str]:
     return found
 
 
-def local_noise(layer: LayerFacts, profile: Optional[TensorProfile], weights: Dict[str, Dict[str, Any]]) -> float:
-    """The noise a layer adds by itself, relative to its signal (1 / SQNR of its own activation and weight
-    quantization, summed): how the report orders layers before measuring."""
-    total = 0.0
-    if profile is not None and profile.own_error.n:
-        total += 1.0 / max(profile.own_error.metrics()["sqnr"], 1e-12)
-    for entry in weights.values():
-        total += 1.0 / max(entry["sqnr"], 1e-12)
-    return total
+def noise_at_output(layer: LayerFacts, profile: Optional[TensorProfile], weights: Dict[str, Dict[str, Any]],
+                    sensitivity: Optional[float]) -> float:
+    """The squared error a layer's own quantization alone adds to the model's output, per sample: the
+    noise power it puts on its tensor (its activation grid's error, measured; its kernel's, as the kernel's
+    relative error times the tensor's power) times the output's sensitivity to that tensor (E|J^T v|^2).
+    Without a sensitivity (a back end without gradients), the noise relative to the tensor's signal."""
+    power = profile.total_sq / profile.count if profile is not None and profile.count else 0.0
+    act = profile.own_error.dd / profile.own_error.n if profile is not None and profile.own_error.n else 0.0
+    kernel = sum(power / max(entry["sqnr"], 1e-12) for entry in weights.values())
+    if sensitivity is None:
+        return (act + kernel) / max(power, 1e-30)
+    return (act + kernel) * sensitivity
 
 
 def metric_summary(values: Dict[str, float]) -> Dict[str, float]:
@@ -362,4 +365,4 @@ def metric_summary(values: Dict[str, float]) -> Dict[str, float]:
 
 
 __all__ = ["PairSums", "TensorProfile", "DatasetSimilarity", "similarity_pass", "weights_error",
-           "detect_degraded", "judge_causes", "output_layers", "local_noise", "XQuantInputError"]
+           "detect_degraded", "judge_causes", "output_layers", "noise_at_output", "XQuantInputError"]

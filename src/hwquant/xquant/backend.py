@@ -74,6 +74,11 @@ class XQuantBackend(Protocol):
     def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
         """One batch through the float model, the reference and the quantized model."""
 
+    def output_sensitivity(self, batch: List[Any], names: Sequence[str], probes: np.ndarray) -> Dict[str, float]:
+        """Per node, E|J^T v|^2 per sample: J the reference's outputs' Jacobian with respect to the node's tensor,
+        v the given random probes (one per output element, ``probes[k]`` for pass k, the outputs flattened and
+        concatenated). Noise of variance s^2 at the node adds s^2 times this to the output's squared error."""
+
     def native(self, array: np.ndarray) -> Any:
         """The framework's own tensor of an array (custom similarity metrics receive those)."""
 

@@ -186,6 +186,7 @@ def _layer_rows(report: Dict[str, Any]) -> str:
             f'<td class="n">{_num(_db(sr["sqnr"]) if sr else None, 1)}</td>'
             f'<td class="n">{_num(_db(sv["sqnr"]) if sv else None, 1)}</td>'
             f'<td class="n">{_num(sr["cs"] if sr else None, 4)}</td>'
+            f'<td class="n">{_num(r.get("alone_sqnr_db"), 1)}</td>'
             f'<td class="n">{_num(f.get("own_activation_sqnr_db"), 1)}</td>'
             f'<td class="n">{_num(_db(kernel["sqnr"]) if kernel and "sqnr" in kernel else None, 1)}</td>'
             f'<td class="n">{_num(None if clipped is None else 100 * clipped, 3, " %")}</td>'
@@ -195,7 +196,7 @@ def _layer_rows(report: Dict[str, Any]) -> str:
             f'<td>{channels_svg(kernel) if kernel else ""}<div class="muted">'
             f'{_e(kernel["quantizer"]) if kernel else ""}</div></td></tr>')
     return ('<table><tr><th>#</th><th>layer</th><th>bits W / A</th><th>SQNR repr (dB)</th><th>SQNR val (dB)</th>'
-            '<th>cosine</th><th>own act. SQNR (dB)</th><th>kernel SQNR (dB)</th><th>clipped</th><th>max z</th>'
+            '<th>cosine</th><th>output SQNR, this layer alone (dB)</th><th>own act. SQNR (dB)</th><th>kernel SQNR (dB)</th><th>clipped</th><th>max z</th>'
             '<th>float activation (red: quantizer range)</th><th>kernel ranges per channel</th></tr>'
             + "".join(rows) + "</table>")
 
@@ -268,8 +269,9 @@ def render_html(report: Dict[str, Any]) -> str:
 <h2>Judged causes</h2><ul>{"".join(cause_items) or "<li>none found</li>"}</ul>
 <h2>Layers</h2>
 <p class="muted">Every layer that quantizes something, in graph order. SQNR compares the layer's output with the
-float model's at the same point (all error up to there); own activation SQNR is the error of quantizing the float
-tensor alone; bits are weights / activation.</p>
+float model's at the same point (all error up to there); "this layer alone" predicts the model's output SQNR if only
+this layer were quantized (its own error times the output's sensitivity to it: the ranking, "own error #k"); own
+activation SQNR is the error of quantizing the float tensor alone; bits are weights / activation.</p>
 {_layer_rows(report)}
 <h2>About this report</h2><ul>
 <li>Degraded when {rules} on either dataset (MCT's rule).</li>

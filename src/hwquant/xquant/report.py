@@ -17,8 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hwquant.xquant.analysis import (TensorProfile, XQuantInputError, detect_degraded, judge_causes, local_noise,
-                                     output_layers, similarity_pass, weights_error)
+from hwquant.xquant.analysis import (TensorProfile, XQuantInputError, chunks, detect_degraded, judge_causes,
+                                     noise_at_output, output_layers, similarity_pass, weights_error)
 from hwquant.xquant.backend import LayerFacts, XQuantBackend
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.fixes import Fix, global_fixes, layer_fixes, measure, pinned_core_config
@@ -184,7 +184,11 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
                     "judged; the thresholds may not suit this model", len(degraded), len(compared),
                     config.threshold_degrade_layer_ratio)
     weights = {name: weights_error(reference, layers[name]) for name in layers}
-    noise = {name: local_noise(layers[name], profiles.get(name), weights[name]) for name in compared}
+    t = time.perf_counter()
+    sensitivity, output_energy = _output_sensitivity(backend, compared, float_cache, settings.notes)
+    timings["output sensitivity"] = time.perf_counter() - t
+    noise = {name: noise_at_output(layers[name], profiles.get(name), weights[name],
+                                   None if sensitivity is None else sensitivity.get(name, 0.0)) for name in compared}
     ranking = sorted(compared, key=lambda n: -noise[n])
 
     # fixes: for the layers adding the most error, and for the judged causes; the first ones measured
@@ -232,6 +236,8 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
                         for attr, q in layer.weights.items()},
             "compared": node.name in compared, "degraded": node.name in degraded,
             "own_noise": noise.get(node.name), "rank": ranking.index(node.name) + 1 if node.name in ranking else None,
+            "alone_sqnr_db": None if sensitivity is None or node.name not in noise
+            else in_db(output_energy / max(noise[node.name], 1e-30)),
             "similarity_repr": repr_sim.intermediate.get(node.name), "similarity_val": val_sim.intermediate.get(node.name),
             "pipeline": _pipeline_notes(node.name, reference, layer, quantized_names, metadata),
         }
@@ -273,6 +279,29 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
              "representative data", config.report_dir, timings["total"], len(degraded), len(compared),
              report["output"]["repr"]["sqnr_db"])
     return mct_similarity, troubleshoot_data
+
+
+# Probe passes for the output's sensitivity to each layer (on the first chunk of representative data).
+SENSITIVITY_PROBES = 2
+
+
+def _output_sensitivity(backend: XQuantBackend, names: List[str], float_cache: list,
+                        notes: List[str]) -> Tuple[Optional[Dict[str, float]], float]:
+    """(the output's sensitivity to each layer's tensor, the output's energy per sample) on the first chunk
+    of the representative data; (None, 0) where the back end cannot differentiate, said in ``notes``."""
+    batch, float_outputs = float_cache[0]
+    chunk = chunks(batch)[0]
+    n = len(chunk[0])
+    size = sum(int(np.prod(o.shape[1:])) * n for o in float_outputs)
+    energy = float(sum(np.square(o[:n], dtype=np.float64).sum() for o in float_outputs)) / n
+    probes = np.random.default_rng(0).standard_normal((SENSITIVITY_PROBES, size)).astype(np.float32)
+    try:
+        return backend.output_sensitivity(chunk, names, probes), energy
+    except Exception as e:  # a back end without gradients (Keras on JAX): the layers' own relative error ranks them
+        notes.append(f"the output's sensitivity to each layer could not be computed ({type(e).__name__}: {e}); "
+                     "layers are ranked by their own relative quantization error")
+        log.warning("xquant: %s", notes[-1])
+        return None, 0.0
 
 
 def _measure_order(fixes: List[Fix]) -> List[Fix]:
