@@ -209,3 +209,24 @@ def test_spread_kernel_error_gets_more_bits_on_the_worst_kernels(kit, tmp_path):
     fix = result.report["fixes"][0]
     assert fix["kind"] == "weights_bits_many" and fix["measured"]["gain_db"] > 1, fix
     assert "KiB more weights memory" in fix["why"]
+
+
+def test_mcts_module_paths_resolve():
+    import importlib
+
+    from hwquant import mct_alias
+    assert importlib.import_module("hwquant.xquant.common.xquant_config").XQuantConfig is mct.xquant.XQuantConfig
+    for framework, names in (("pytorch", ["xquant_report_pytorch_experimental",
+                                          "xquant_report_troubleshoot_pytorch_experimental"]),
+                             ("keras", ["xquant_report_keras_experimental",
+                                        "xquant_report_troubleshoot_keras_experimental"])):
+        facade = importlib.import_module(f"hwquant.xquant.{framework}.facade_xquant_report")
+        assert set(names) <= set(dir(facade))
+    was = mct_alias.is_enabled()
+    mct_alias.enable()
+    try:  # MCT's documented path, as user code imports it
+        module = importlib.import_module("model_compression_toolkit.xquant.common.xquant_config")
+        assert module.XQuantConfig is mct.xquant.XQuantConfig
+    finally:
+        if not was:
+            mct_alias.disable()

@@ -59,17 +59,11 @@ def _load_float_model(spec: str) -> Any:
         return factory() if callable(factory) else factory
     if not os.path.isfile(spec):
         raise click.BadParameter(f"no file at '{spec}'", param_hint="FLOAT_MODEL")
-    if _framework(spec) == "keras":
-        import keras
-        return keras.saving.load_model(spec, compile=False)
-    import torch
-    # a whole pickled module (torch.save(model, path)): loading runs the pickle's code, so only the user's own files
-    model = torch.load(spec, map_location="cpu", weights_only=False)
-    if not isinstance(model, torch.nn.Module):
-        raise click.BadParameter(f"'{spec}' holds a {type(model).__name__}, not a torch.nn.Module (a state dict needs "
-                                 "its model class: pass 'package.module:function' returning the model instead)",
-                                 param_hint="FLOAT_MODEL")
-    return model
+    framework = "keras" if _framework(spec) == "keras" else "torch"
+    try:
+        return importlib.import_module(f"hwquant.{framework}.xquant").load_float_model(spec)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="FLOAT_MODEL") from e
 
 
 def _load_quantized_model(path: str) -> Any:

@@ -130,6 +130,10 @@ class KerasXQuantBackend:
         return _flat(model.predict_on_batch(_feed(model, batch)))
 
 
+def load_float_model(path: str) -> Any:
+    return keras.saving.load_model(path, compile=False)
+
+
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
             xquant_config: Any, troubleshoot: bool):
     if not isinstance(xquant_config, XQuantConfig):

@@ -150,6 +150,15 @@ class TorchXQuantBackend:
         return [_numpy(t) for t in self._flat(model(*batch))]
 
 
+def load_float_model(path: str) -> torch.nn.Module:
+    """A whole pickled module (torch.save(model, path)); loading runs the pickle's code: the user's own files only."""
+    model = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"'{path}' holds a {type(model).__name__}, not a torch.nn.Module (a state dict needs its model "
+                         "class: pass 'package.module:function' returning the model instead)")
+    return model
+
+
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
             xquant_config: Any, troubleshoot: bool):
     if not isinstance(xquant_config, XQuantConfig):

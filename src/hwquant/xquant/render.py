@@ -196,7 +196,8 @@ def _layer_rows(report: Dict[str, Any]) -> str:
             f'<td>{channels_svg(kernel) if kernel else ""}<div class="muted">'
             f'{_e(kernel["quantizer"]) if kernel else ""}</div></td></tr>')
     return ('<table><tr><th>#</th><th>layer</th><th>bits W / A</th><th>SQNR repr (dB)</th><th>SQNR val (dB)</th>'
-            '<th>cosine</th><th>output SQNR, this layer alone (dB)</th><th>own act. SQNR (dB)</th><th>kernel SQNR (dB)</th><th>clipped</th><th>max z</th>'
+            '<th>cosine</th><th>output SQNR, this layer alone (dB)</th><th>own act. SQNR (dB)</th>'
+            '<th>kernel SQNR (dB)</th><th>clipped</th><th>max z</th>'
             '<th>float activation (red: quantizer range)</th><th>kernel ranges per channel</th></tr>'
             + "".join(rows) + "</table>")
 
