@@ -205,10 +205,12 @@ def test_spread_kernel_error_gets_more_bits_on_the_worst_kernels(kit, tmp_path):
     bit_width.set_manual_weights_bit_width([mct.core.network_editor.NodeNameFilter(n) for n in names], 2,
                                            mct.target_platform_capabilities.constants.KERNEL_ATTR)
     q, _ = kit.ptq(model, batches, core_config=mct.core.CoreConfig(bit_width_config=bit_width))
-    result = _report(kit, model, q, batches, mct.xquant.XQuantConfig(tmp_path, measure_fixes=1), troubleshoot=False)
-    fix = result.report["fixes"][0]
-    assert fix["kind"] == "weights_bits_many" and fix["measured"]["gain_db"] > 1, fix
-    assert "KiB more weights memory" in fix["why"]
+    config = mct.xquant.XQuantConfig(tmp_path, measure_fixes=2, measure_gptq_epochs=1)
+    result = _report(kit, model, q, batches, config, troubleshoot=False)
+    fixes = {f["kind"]: f for f in result.report["fixes"]}
+    fix = fixes["weights_bits_many"]
+    assert fix["measured"]["gain_db"] > 1 and "KiB more weights memory" in fix["why"], fix
+    assert fixes["gptq"]["measured"] is not None and "n_epochs=1" in fixes["gptq"]["code"]  # GPTQ, asked for
 
 
 def test_mcts_module_paths_resolve():

@@ -126,6 +126,12 @@ class KerasXQuantBackend:
         from hwquant.keras.facade import keras_post_training_quantization
         return keras_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
+    def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> Any:
+        import hwquant as mct
+        return mct.gptq.keras_gradient_post_training_quantization(
+            self.float_model, self.repr_dataset, mct.gptq.get_keras_gptq_config(n_epochs), core_config=core_config,
+            target_platform_capabilities=tpc)[0]
+
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
         return _flat(model.predict_on_batch(_feed(model, batch)))
 

@@ -85,5 +85,8 @@ class XQuantBackend(Protocol):
     def quantize(self, core_config: Any, tpc: Any, target: Any) -> Any:
         """The float model quantized again with these settings (a fix measured)."""
 
+    def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> Any:
+        """The float model quantized again with GPTQ (its default configuration, ``n_epochs`` epochs)."""
+
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
         """A model's outputs on one batch, a flat list of arrays."""

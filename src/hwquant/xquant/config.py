@@ -36,7 +36,9 @@ class XQuantConfig:
     ``target_resource_utilization`` of the run that made the quantized model (default: read from the
     settings the model carries), used to measure fixes by quantizing again; ``measure_fixes`` (how many of
     the most promising fixes are measured; 0: none), ``max_batches`` (of each dataset; None: all),
-    ``html`` (write report.html), ``tensorboard`` (write TensorBoard events when tensorboardX is installed).
+    ``html`` (write report.html), ``tensorboard`` (write TensorBoard events when tensorboardX is installed),
+    ``measure_gptq_epochs`` (when GPTQ is suggested, also measure it with this many epochs; 0: it is not
+    measured, as training takes minutes).
     """
 
     def __init__(self, report_dir: str, custom_similarity_metrics: Optional[Dict[str, Callable]] = None,
@@ -48,7 +50,7 @@ class XQuantConfig:
                  threshold_bitwidth_mixed_precision_with_model_output_loss_objective: int = 2, *,
                  core_config: Any = None, target_platform_capabilities: Any = None,
                  target_resource_utilization: Any = None, measure_fixes: int = 3, max_batches: Optional[int] = None,
-                 html: bool = True, tensorboard: bool = True):
+                 html: bool = True, tensorboard: bool = True, measure_gptq_epochs: int = 0):
         if not isinstance(report_dir, (str, os.PathLike)) or not str(report_dir):
             raise InvalidConfigError(f"XQuantConfig.report_dir must be a folder path, got {report_dir!r}")
         metrics = dict(custom_similarity_metrics or {})
@@ -86,5 +88,8 @@ class XQuantConfig:
         self.target_resource_utilization = target_resource_utilization
         self.measure_fixes = measure_fixes
         self.max_batches = max_batches
+        if isinstance(measure_gptq_epochs, bool) or not isinstance(measure_gptq_epochs, int) or measure_gptq_epochs < 0:
+            raise InvalidConfigError(f"XQuantConfig.measure_gptq_epochs must be an int >= 0, got {measure_gptq_epochs!r}")
+        self.measure_gptq_epochs = measure_gptq_epochs
         self.html = bool(html)
         self.tensorboard = bool(tensorboard)

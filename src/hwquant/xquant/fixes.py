@@ -33,6 +33,7 @@ class Fix:
     deployable: bool = True
     measured: Optional[Dict[str, Any]] = None
     touches: List[str] = field(default_factory=list)  # the layers whose bit widths it sets (besides ``layer``)
+    gptq_epochs: int = 0                              # > 0: measured by GPTQ with this many epochs
 
     def as_dict(self) -> Dict[str, Any]:
         return {"kind": self.kind, "title": self.title, "layer": self.layer, "why": self.why, "code": self.code,
@@ -246,8 +247,7 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
     wider = [name for name, bits in widest.items() if bits == top and bits > now[name]]
     if wider:
         names = ",\n    ".join(repr(n) for n in wider)
-        fixes.append(Fix("activations_16bit", f"every activation the TPC allows at {top} bits at {top} bits "
-                                              f"({len(wider)} layers)",
+        fixes.append(Fix("activations_16bit", f"{top}-bit activations wherever the TPC allows them ({len(wider)} layers)",
                          f"the TPC offers wider activations for {len(wider)} layer(s) ({', '.join(wider[:3])}"
                          f"{', ...' if len(wider) > 3 else ''}): the upper bound of what wider activations give",
                          _core_config_code("bit_width_config = mct.core.BitWidthConfig()\nfor name in [\n    "
@@ -269,13 +269,14 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
         gptq = "get_pytorch_gptq_config" if framework == "pytorch" else "get_keras_gptq_config"
         facade = ("pytorch_gradient_post_training_quantization" if framework == "pytorch"
                   else "keras_gradient_post_training_quantization")
-        fixes.append(Fix("gptq", "GPTQ (weights trained against the float model's outputs)",
+        fixes.append(Fix("gptq", "GPTQ (weights trained against the float model's outputs"
+                         + (f", {config.measure_gptq_epochs} epochs measured)" if config.measure_gptq_epochs else ")"),
                          f"{len(low_bits)} layer(s) have kernels of 4 bits or fewer, whose rounding GPTQ learns",
-                         f"gptq_config = mct.gptq.{gptq}(n_epochs=5)\n"
+                         f"gptq_config = mct.gptq.{gptq}(n_epochs={config.measure_gptq_epochs or 5})\n"
                          f"quantized_model, info = mct.gptq.{facade}(\n"
                          "    float_model, representative_data_gen, gptq_config=gptq_config, core_config=core_config,\n"
                          "    target_platform_capabilities=tpc)",
-                         lambda core_config: None))
+                         lambda core_config: None, gptq_epochs=config.measure_gptq_epochs))
     return fixes
 
 
@@ -318,7 +319,8 @@ def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: A
     cfg, _ = pinned_core_config(core_config, layers, backend.reference, touched)
     if fix is not None:
         fix.apply(cfg)
-    model = backend.quantize(cfg, tpc, None)
+    model = backend.quantize_gptq(cfg, tpc, fix.gptq_epochs) if fix is not None and fix.gptq_epochs \
+        else backend.quantize(cfg, tpc, None)
     sums, agree = PairSums(), [0, 0]
     for batch, float_outputs in float_cache:
         outs = [backend.outputs(model, chunk) for chunk in chunks(batch)]

@@ -148,7 +148,8 @@ def _fix_rows(report: Dict[str, Any]) -> str:
             measured = (f'<td class="n">{_num(m["sqnr_db"], 2)} dB</td><td class="n gain {cls}">{gain:+.2f} dB</td>'
                         f'<td class="n">{_num(None if m["agreement"] is None else 100 * m["agreement"], 1, " %")}</td>')
         else:
-            why = "trains for minutes: not measured" if fix["kind"] == "gptq" else "not measured"
+            why = "trains for minutes: not measured (XQuantConfig(measure_gptq_epochs=...) measures it)" \
+                if fix["kind"] == "gptq" else "not measured"
             measured = f'<td colspan="3" class="muted">{why}</td>'
         tags = "" if fix["deployable"] else '<span class="tag">diagnosis: not deployable</span>'
         rows.append(f'<tr><td class="n">{i + 1}</td><td><b>{_e(fix["title"])}</b> {tags}<div class="muted">'

@@ -308,8 +308,8 @@ def _measure_order(fixes: List[Fix]) -> List[Fix]:
     """Which fixes to measure first: deployable remedies of the costliest layers and of the judged causes
     (in their order), then the layers kept float (diagnoses), GPTQ last (not measured: it trains)."""
     deployable = [f for f in fixes if f.deployable and f.kind not in ("gptq", "error_method")]
-    return deployable + [f for f in fixes if f.kind == "error_method"] + \
-        [f for f in fixes if not f.deployable]
+    gptq = [f for f in fixes if f.kind == "gptq" and f.gptq_epochs]  # asked for: measured first
+    return gptq + deployable + [f for f in fixes if f.kind == "error_method"] + [f for f in fixes if not f.deployable]
 
 
 def _resources(backend: XQuantBackend, layers: Dict[str, LayerFacts], target: Any) -> Dict[str, Any]:
