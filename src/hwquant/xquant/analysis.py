@@ -58,7 +58,8 @@ class PairSums:
 
     def metrics(self) -> Dict[str, float]:
         mse = self.dd / max(self.n, 1)
-        cs = self.xy / max(math.sqrt(self.xx * self.yy), 1e-8)
+        # two all-zero tensors are the same tensor (MCT's torch formula would call them unrelated: 0)
+        cs = 1.0 if self.xx == 0 and self.yy == 0 else self.xy / max(math.sqrt(self.xx * self.yy), 1e-8)
         sqnr = math.inf if self.dd == 0 else (self.xx / max(self.n, 1)) / mse
         return {"mse": mse, "cs": cs, "sqnr": sqnr}
 

@@ -137,33 +137,38 @@ def similarity_chart(report: Dict[str, Any], width: int = 1100, height: int = 22
     return "".join(out)
 
 
+def _fix_row(i: int, fix: Dict[str, Any]) -> str:
+    m = fix.get("measured")
+    if m:
+        gain = m["gain_db"]
+        cls = "pos" if gain > 0.05 else "neg" if gain < -0.05 else ""
+        measured = (f'<td class="n">{_num(m["sqnr_db"], 2)} dB</td><td class="n gain {cls}">{gain:+.2f} dB</td>'
+                    f'<td class="n">{_num(None if m["agreement"] is None else 100 * m["agreement"], 1, " %")}</td>')
+    else:
+        why = "trains for minutes: not measured (XQuantConfig(measure_gptq_epochs=...) measures it)" \
+            if fix["kind"] == "gptq" else "not measured"
+        measured = f'<td colspan="3" class="muted">{why}</td>'
+    tags = "" if fix["deployable"] else '<span class="tag">diagnosis: not deployable</span>'
+    return (f'<tr><td class="n">{i}</td><td><b>{_e(fix["title"])}</b> {tags}<div class="muted">{_e(fix["why"])}</div>'
+            f'<details><summary>code</summary><pre>{_e(fix["code"])}</pre></details></td>{measured}</tr>')
+
+
 def _fix_rows(report: Dict[str, Any]) -> str:
-    rows = []
+    head = '<table><tr><th>#</th><th>fix</th><th>output SQNR</th><th>gain</th><th>top-1 agreement</th></tr>'
+    measured = [f for f in report["fixes"] if f.get("measured") or f["kind"] == "gptq"]
+    rest = [f for f in report["fixes"] if f not in measured]
+    out = head + "".join(_fix_row(i + 1, f) for i, f in enumerate(measured)) + "</table>"
+    if rest:  # the other suggestions, folded: the measured ones are what a reader acts on first
+        out += (f'<details><summary>{len(rest)} more suggestions, not measured</summary>{head}'
+                + "".join(_fix_row(len(measured) + i + 1, f) for i, f in enumerate(rest)) + "</table></details>")
     baseline = report.get("baseline")
-    for i, fix in enumerate(report["fixes"]):
-        m = fix.get("measured")
-        if m:
-            gain = m["gain_db"]
-            cls = "pos" if gain > 0.05 else "neg" if gain < -0.05 else ""
-            measured = (f'<td class="n">{_num(m["sqnr_db"], 2)} dB</td><td class="n gain {cls}">{gain:+.2f} dB</td>'
-                        f'<td class="n">{_num(None if m["agreement"] is None else 100 * m["agreement"], 1, " %")}</td>')
-        else:
-            why = "trains for minutes: not measured (XQuantConfig(measure_gptq_epochs=...) measures it)" \
-                if fix["kind"] == "gptq" else "not measured"
-            measured = f'<td colspan="3" class="muted">{why}</td>'
-        tags = "" if fix["deployable"] else '<span class="tag">diagnosis: not deployable</span>'
-        rows.append(f'<tr><td class="n">{i + 1}</td><td><b>{_e(fix["title"])}</b> {tags}<div class="muted">'
-                    f'{_e(fix["why"])}</div><details><summary>code</summary><pre>{_e(fix["code"])}</pre></details></td>'
-                    f'{measured}</tr>')
-    head = ('<table><tr><th>#</th><th>fix</th><th>output SQNR</th><th>gain</th><th>top-1 agreement</th></tr>'
-            + "".join(rows) + "</table>")
     if baseline:
-        head = (f'<p class="muted">Measured by quantizing the float model again with each fix and comparing its output '
-                f'with the float model\'s on the representative data. The same settings without a fix give '
-                f'{_num(baseline["sqnr_db"], 2)} dB'
-                + (f', {100 * baseline["agreement"]:.1f} % top-1 agreement' if baseline["agreement"] is not None else "")
-                + '.</p>' + head)
-    return head
+        out = (f'<p class="muted">Measured by quantizing the float model again with each fix and comparing its output with '
+               f'the float model\'s on the representative data. The same settings without a fix give '
+               f'{_num(baseline["sqnr_db"], 2)} dB'
+               + (f', {100 * baseline["agreement"]:.1f} % top-1 agreement' if baseline["agreement"] is not None else "")
+               + '.</p>' + out)
+    return out
 
 
 def _layer_rows(report: Dict[str, Any]) -> str:
