@@ -127,9 +127,10 @@ class KerasXQuantBackend:
         return keras_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
     def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> Any:
-        import hwquant as mct
-        return mct.gptq.keras_gradient_post_training_quantization(
-            self.float_model, self.repr_dataset, mct.gptq.get_keras_gptq_config(n_epochs), core_config=core_config,
+        from hwquant.keras.gptq.config import get_keras_gptq_config
+        from hwquant.keras.gptq.facade import keras_gradient_post_training_quantization
+        return keras_gradient_post_training_quantization(
+            self.float_model, self.repr_dataset, get_keras_gptq_config(n_epochs), core_config=core_config,
             target_platform_capabilities=tpc)[0]
 
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:

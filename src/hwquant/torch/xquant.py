@@ -146,10 +146,11 @@ class TorchXQuantBackend:
         return pytorch_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
     def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> torch.nn.Module:
-        import hwquant as mct
-        return mct.gptq.pytorch_gradient_post_training_quantization(
+        from hwquant.torch.gptq.config import get_pytorch_gptq_config
+        from hwquant.torch.gptq.facade import pytorch_gradient_post_training_quantization
+        return pytorch_gradient_post_training_quantization(
             self.float_model, self.repr_dataset, core_config=core_config,
-            gptq_config=mct.gptq.get_pytorch_gptq_config(n_epochs), target_platform_capabilities=tpc)[0]
+            gptq_config=get_pytorch_gptq_config(n_epochs), target_platform_capabilities=tpc)[0]
 
     @torch.no_grad()
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
