@@ -319,8 +319,16 @@ def measure(backend: XQuantBackend, fix: Optional[Fix], core_config: Any, tpc: A
     cfg, _ = pinned_core_config(core_config, layers, backend.reference, touched)
     if fix is not None:
         fix.apply(cfg)
-    model = backend.quantize_gptq(cfg, tpc, fix.gptq_epochs) if fix is not None and fix.gptq_epochs \
-        else backend.quantize(cfg, tpc, None)
+    # the quantization's own warnings (a layer the fix keeps float is "left float") are about this trial, not the
+    # user's model: the report states each fix's effect instead
+    package = logging.getLogger("hwquant")
+    level = package.level
+    package.setLevel(logging.ERROR)
+    try:
+        model = backend.quantize_gptq(cfg, tpc, fix.gptq_epochs) if fix is not None and fix.gptq_epochs \
+            else backend.quantize(cfg, tpc, None)
+    finally:
+        package.setLevel(level)
     sums, agree = PairSums(), [0, 0]
     for batch, float_outputs in float_cache:
         outs = [backend.outputs(model, chunk) for chunk in chunks(batch)]
