@@ -7,7 +7,7 @@
 The public namespaces mirror the documented Model Compression Toolkit API.
 """
 from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
-                     target_platform_capabilities, trainable_infrastructure, wrapper, xquant)
+                     pruning, target_platform_capabilities, trainable_infrastructure, wrapper, xquant)
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)
 from hwquant.lazy import lazy_table  # noqa: E402
