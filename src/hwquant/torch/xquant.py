@@ -44,7 +44,7 @@ class TorchXQuantBackend:
         self.float_model = float_model.eval()
         self.quantized_model = quantized_model.eval()
         self.repr_dataset = repr_dataset
-        session = start_session(float_model, self._inputs_only(repr_dataset),
+        session = start_session(float_model, repr_dataset,
                                 CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc)
         prepare(session.state)
         self.reference = session.state.graph
@@ -78,10 +78,6 @@ class TorchXQuantBackend:
                     getattr(getattr(node, "type", None), "__name__", str(getattr(node, "type", "?")))
         self._observers: Dict[Tuple[str, ...], torch.nn.Module] = {}
         self._float_checked = False
-
-    @staticmethod
-    def _inputs_only(dataset: Callable[[], Any]) -> Callable[[], Any]:
-        return dataset
 
     def layers(self) -> List[LayerFacts]:
         return list(self._layers.values())
