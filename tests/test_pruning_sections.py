@@ -47,3 +47,20 @@ def test_mcts_configuration_names():
         PruningConfig(num_score_approximations=0)
     with pytest.raises(InvalidConfigError, match="importance_metric"):
         PruningConfig(importance_metric="LFH")
+
+
+def test_channels_per_section_and_greedy_groups(kit):
+    from hwquant.pruning.selection import greedy_kept_groups, magnitude_scores, params_per_channel, simd_groups
+    graph, (sections, _) = _sections(kit, [("conv", 8, 3), ("relu",), ("conv", 16, 3), ("relu",), ("conv", 4, 1)])
+    # 3x3 convolution 3 -> 8 with bias, then 3x3 convolution 8 -> 16: one of the 8 channels holds 27 + 1 + 16 * 9
+    assert params_per_channel(graph, kit.adapter(graph), sections[0]) == 27 + 1 + 144
+    scores = np.array([0.1, 5.0, 3.0, 0.2, 4.0])
+    assert [g.tolist() for g in simd_groups(scores, 2)] == [[1, 4], [2, 3], [0]]
+    assert magnitude_scores(np.array([[1.0, 2.0], [3.0, 0.0]]), 0).tolist() == [5.0, 9.0]
+    # two sections of three groups: the least important per parameter go first, each keeps one group
+    kept = greedy_kept_groups({"a": np.array([9.0, 1.0, 0.5]), "b": np.array([8.0, 6.0, 0.1])},
+                              {"a": np.array([10.0, 10.0, 10.0]), "b": np.array([10.0, 10.0, 10.0])},
+                              total_params=100.0, target_params=75.0)
+    assert kept == {"a": 1, "b": 2}  # removed in turn: b's 0.1, a's 0.5, a's 1.0 (b's 6.0 stays): 70 left
+    with pytest.raises(ValueError, match="smallest model"):
+        greedy_kept_groups({"a": np.array([1.0, 1.0])}, {"a": np.array([10.0, 10.0])}, 30.0, 10.0)
