@@ -10,17 +10,10 @@ import numpy as np
 from hwquant.xquant.analysis import XQuantInputError, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
-from hwquant.xquant.report import RunSettings, generate_report, settings_for
+from hwquant.xquant.report import RunSettings, run_report
 
 HOLDER_SUFFIX = "_activation_holder_quantizer"
 WRAPPER_PREFIX = "quant_"
-
-
-def _facts(quantizer: Any) -> Any:
-    if not all(hasattr(quantizer, a) for a in ("method", "num_bits", "params")):
-        return None
-    return QuantizerFacts(quantizer.method, quantizer.num_bits, dict(quantizer.params),
-                          getattr(quantizer, "channel_axis", None))
 
 
 def _flat(outputs: Any) -> List[np.ndarray]:
@@ -59,13 +52,13 @@ class KerasXQuantBackend:
             if isinstance(layer, KerasActivationQuantizationHolder):
                 node = layer.name.removesuffix(HOLDER_SUFFIX)
                 facts = self._layers.setdefault(node, LayerFacts(node, ""))
-                facts.activation = _facts(layer.activation_holder_quantizer)
+                facts.activation = QuantizerFacts.of(layer.activation_holder_quantizer)
                 self._outputs[node] = layer.output
             elif isinstance(layer, KerasQuantizationWrapper):
                 node = layer.name.removeprefix(WRAPPER_PREFIX)
                 facts = self._layers.setdefault(node, LayerFacts(node, ""))
                 facts.layer_type = type(layer.layer).__name__
-                facts.weights = {k: f for k, q in layer.weights_quantizers.items() if (f := _facts(q)) is not None}
+                facts.weights = {k: f for k, q in layer.weights_quantizers.items() if (f := QuantizerFacts.of(q)) is not None}
                 bias = getattr(layer.layer, "bias", None)
                 facts.bias = None if bias is None or "bias" in facts.weights else np.asarray(
                     keras.ops.convert_to_numpy(bias), np.float32)
@@ -143,12 +136,9 @@ def load_float_model(path: str) -> Any:
 
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
             xquant_config: Any, troubleshoot: bool):
-    if not isinstance(xquant_config, XQuantConfig):
-        raise XQuantInputError(f"xquant_config must be an XQuantConfig, got {type(xquant_config).__name__}")
-    metadata = dict(getattr(quantized_model, "hwquant_metadata", None) or {})
-    settings = settings_for(metadata, xquant_config)
-    backend = KerasXQuantBackend(float_model, quantized_model, repr_dataset, settings)
-    return generate_report(backend, repr_dataset, validation_dataset, xquant_config, settings, metadata, troubleshoot)
+    return run_report(lambda settings: KerasXQuantBackend(float_model, quantized_model, repr_dataset, settings),
+                      dict(getattr(quantized_model, "hwquant_metadata", None) or {}), repr_dataset, validation_dataset,
+                      xquant_config, troubleshoot)
 
 
 def xquant_report_keras_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],

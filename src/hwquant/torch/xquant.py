@@ -1,7 +1,7 @@
 """mct.xquant's PyTorch facades and the report's PyTorch back end (the report itself: hwquant.xquant)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -10,19 +10,11 @@ from hwquant.core.config import CoreConfig
 from hwquant.xquant.analysis import XQuantInputError, check_reference, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
-from hwquant.xquant.report import RunSettings, generate_report, settings_for
+from hwquant.xquant.report import RunSettings, run_report
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().float().cpu().numpy()
-
-
-def _facts(quantizer: Any) -> Optional[QuantizerFacts]:
-    """An inferable quantizer's facts; None for anything else (a trainable quantizer before finalize)."""
-    if not all(hasattr(quantizer, a) for a in ("method", "num_bits", "params")):
-        return None
-    return QuantizerFacts(quantizer.method, quantizer.num_bits, dict(quantizer.params),
-                          getattr(quantizer, "channel_axis", None))
 
 
 class TorchXQuantBackend:
@@ -60,13 +52,13 @@ class TorchXQuantBackend:
             if isinstance(module, PytorchActivationQuantizationHolder):
                 node = next((n for n, h in holders.items() if h == path), path.removesuffix("_activation_holder_quantizer"))
                 layer = self._layers.setdefault(node, LayerFacts(node, ""))
-                layer.activation = _facts(module.activation_holder_quantizer)
+                layer.activation = QuantizerFacts.of(module.activation_holder_quantizer)
                 self._modules[node] = module
             elif isinstance(module, PytorchQuantizationWrapper):
                 node = next((n for n, p in (placement or {}).items() if p.get("layer") == path), path)
                 layer = self._layers.setdefault(node, LayerFacts(node, ""))
                 layer.layer_type = type(module.layer).__name__
-                layer.weights = {k: f for k, q in module.weights_quantizers.items() if (f := _facts(q)) is not None}
+                layer.weights = {k: f for k, q in module.weights_quantizers.items() if (f := QuantizerFacts.of(q)) is not None}
                 bias = getattr(module.layer, "bias", None)
                 layer.bias = None if not isinstance(bias, torch.Tensor) else _numpy(module.float_weight("bias"))
                 self._modules.setdefault(node, module)
@@ -164,13 +156,10 @@ def load_float_model(path: str) -> torch.nn.Module:
 
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
             xquant_config: Any, troubleshoot: bool):
-    if not isinstance(xquant_config, XQuantConfig):
-        raise XQuantInputError(f"xquant_config must be an XQuantConfig, got {type(xquant_config).__name__}")
     from hwquant.torch.metadata import read_metadata
-    metadata = read_metadata(quantized_model) or {}
-    settings = settings_for(metadata, xquant_config)
-    backend = TorchXQuantBackend(float_model, quantized_model, repr_dataset, settings)
-    return generate_report(backend, repr_dataset, validation_dataset, xquant_config, settings, metadata, troubleshoot)
+    return run_report(lambda settings: TorchXQuantBackend(float_model, quantized_model, repr_dataset, settings),
+                      read_metadata(quantized_model) or {}, repr_dataset, validation_dataset, xquant_config,
+                      troubleshoot)
 
 
 def xquant_report_pytorch_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],

@@ -13,7 +13,7 @@ import numpy as np
 from hwquant.core import quant_math
 from hwquant.core.graph import Graph
 from hwquant.errors import HwquantError
-from hwquant.xquant.backend import BatchRun, LayerFacts, XQuantBackend
+from hwquant.xquant.backend import BatchRun, LayerFacts, XQuantBackend, per_tensor_range
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.similarity import Averages, compare, in_db
 
@@ -225,7 +225,7 @@ def similarity_pass(backend: XQuantBackend, dataset: Callable[[], Any], validati
                     layer_custom.add(name, compare(x, y, custom, backend.native))
                 if profiles is not None and name in profiles:
                     grid = grids.get(name)
-                    profiles[name].add(x, None if grid is None else _range_of(grid), grid, rng)
+                    profiles[name].add(x, None if grid is None else per_tensor_range(grid), grid, rng)
             float_outs.append(run.float_outputs)
         outputs.add("out", {**out_sums.metrics(), **out_custom.means().get("out", {})})
         for name in names:
@@ -240,13 +240,6 @@ def similarity_pass(backend: XQuantBackend, dataset: Callable[[], Any], validati
     means = layers.means()
     return DatasetSimilarity(outputs.means()["out"], {name: means[name] for name in names},
                              agreement[0] / agreement[1] if agreement[1] else None, batches)
-
-
-def _range_of(grid: Any) -> Optional[tuple]:
-    if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
-        return None
-    scale, zero_point = float(np.asarray(grid.scale)), float(np.asarray(grid.zero_point))
-    return (grid.qmin - zero_point) * scale, (grid.qmax - zero_point) * scale
 
 
 def weights_error(reference: Graph, layer: LayerFacts) -> Dict[str, Dict[str, float]]:

@@ -22,21 +22,32 @@ class QuantizerFacts:
     params: Dict[str, Any]
     channel_axis: Optional[int] = None
 
+    @classmethod
+    def of(cls, quantizer: Any) -> Optional["QuantizerFacts"]:
+        """An inferable quantizer's facts (either framework's: both carry ``method``, ``num_bits``, ``params``,
+        ``channel_axis``); None for anything else (a trainable quantizer before finalize)."""
+        if not all(hasattr(quantizer, a) for a in ("method", "num_bits", "params")):
+            return None
+        return cls(quantizer.method, quantizer.num_bits, dict(quantizer.params), getattr(quantizer, "channel_axis", None))
+
     def grid(self) -> Any:
         return quant_math.make_grid(self.method, self.n_bits, self.params, axis=self.channel_axis)
 
     def value_range(self) -> Optional[tuple]:
         """(lowest, highest) representable values (per-tensor quantizers; None for a lookup table or per
         channel): what a histogram of the float tensor is drawn against."""
-        grid = self.grid()
-        if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
-            return None
-        scale, zero_point = float(np.asarray(grid.scale)), float(np.asarray(grid.zero_point))
-        return (grid.qmin - zero_point) * scale, (grid.qmax - zero_point) * scale
+        return per_tensor_range(self.grid())
 
     def describe(self) -> str:
         name = getattr(self.method, "name", str(self.method))
         return f"{name} {self.n_bits}-bit" + (" per-channel" if self.channel_axis is not None else "")
+
+
+def per_tensor_range(grid: Any) -> Optional[tuple]:
+    """quant_math.grid_range of a per-tensor affine grid; None for a per-channel or lookup-table one."""
+    if not isinstance(grid, quant_math.AffineGrid) or grid.axis is not None:
+        return None
+    return quant_math.grid_range(grid)
 
 
 @dataclass

@@ -76,11 +76,26 @@ def _set_kernel_bits(name: str, bits: int) -> Callable[[Any], None]:
     return apply
 
 
-def _set_activations(names: Sequence[str], bits: int) -> Callable[[Any], None]:
+def _bit_width_fix(kind: str, title: str, why: str, names: Sequence[str], bits: int, kernel: bool,
+                   layer: Optional[str] = None) -> Fix:
+    """A fix that sets ``bits`` on these layers' activations (or kernels) with BitWidthConfig: its code (one call,
+    or a loop over the names) and what applies it."""
+    method = "set_manual_weights_bit_width" if kernel else "set_manual_activation_bit_width"
+    attr = ", mct.target_platform_capabilities.constants.KERNEL_ATTR" if kernel else ""
+    if len(names) == 1:
+        body = f"bit_width_config.{method}({_filter(names[0])}, {bits}{attr})"
+    else:
+        listed = ",\n    ".join(repr(n) for n in names)
+        body = (f"for name in [\n    {listed}]:\n    bit_width_config.{method}("
+                f"mct.core.network_editor.NodeNameFilter(name), {bits}{attr})")
+    setter = _set_kernel_bits if kernel else _set_activation_bits
+
     def apply(core_config: Any) -> None:
         for name in names:
-            _set_activation_bits(name, bits)(core_config)
-    return apply
+            setter(name, bits)(core_config)
+    return Fix(kind, title, why, _core_config_code("bit_width_config = mct.core.BitWidthConfig()\n" + body,
+                                                   "bit_width_config=bit_width_config"),
+               apply, layer, touches=list(names))
 
 
 def _keep_float(name: str, activation: bool, weights: bool) -> Callable[[Any], None]:
@@ -134,26 +149,18 @@ def layer_fixes(reference: Graph, layer: LayerFacts, profile: Optional[TensorPro
     higher_a = sorted(b for b in a_allowed if a_bits is not None and b > a_bits)
     if higher_a:
         bits = higher_a[-1]
-        fixes.append(Fix("activation_bits", f"'{layer.name}': activation at {bits} bits (now {a_bits})",
-                         f"its own activation quantization has SQNR {in_db(1 / max(act_noise, 1e-30)):.1f} dB and the "
-                         f"TPC offers {bits} bits for this layer",
-                         _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
-                                           f"bit_width_config.set_manual_activation_bit_width({_filter(layer.name)}, {bits})",
-                                           "bit_width_config=bit_width_config"),
-                         _set_activation_bits(layer.name, bits), layer.name))
+        fixes.append(_bit_width_fix("activation_bits", f"'{layer.name}': activation at {bits} bits (now {a_bits})",
+                                    f"its own activation quantization has SQNR {in_db(1 / max(act_noise, 1e-30)):.1f} dB "
+                                    f"and the TPC offers {bits} bits for this layer", [layer.name], bits, False,
+                                    layer.name))
     kernel = next(iter(layer.weights.values()), None)
     kernel_allowed = next(iter(w_allowed.values()), set())
     higher_w = sorted(b for b in kernel_allowed if kernel is not None and b > kernel.n_bits)
     if higher_w and kernel is not None:
         bits = higher_w[-1]
-        fixes.append(Fix("weights_bits", f"'{layer.name}': kernel at {bits} bits (now {kernel.n_bits})",
-                         f"its kernel's quantization has SQNR {in_db(1 / max(w_noise, 1e-30)):.1f} dB and the TPC offers "
-                         f"{bits} bits",
-                         _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
-                                           f"bit_width_config.set_manual_weights_bit_width({_filter(layer.name)}, {bits}, "
-                                           "mct.target_platform_capabilities.constants.KERNEL_ATTR)",
-                                           "bit_width_config=bit_width_config"),
-                         _set_kernel_bits(layer.name, bits), layer.name))
+        fixes.append(_bit_width_fix("weights_bits", f"'{layer.name}': kernel at {bits} bits (now {kernel.n_bits})",
+                                    f"its kernel's quantization has SQNR {in_db(1 / max(w_noise, 1e-30)):.1f} dB and the "
+                                    f"TPC offers {bits} bits", [layer.name], bits, True, layer.name))
     if w_noise > act_noise and len(fixes) == 2:
         fixes.reverse()  # the kernel's error dominates: its remedy first
     what = [w for w, on in (("activation", layer.activation is not None), ("weights", bool(layer.weights))) if on]
@@ -192,18 +199,9 @@ def wider_kernels(layers: Dict[str, LayerFacts], reference: Graph, weights: Dict
     bits = min(c[3] for c in chosen)
     names = [c[1] for c in chosen]
     extra = sum(np.size(next(iter(reference.node(n).weights.values()))) * (bits - b) / 8 for _, n, b, _ in chosen)
-
-    def apply(core_config: Any) -> None:
-        for name in names:
-            _set_kernel_bits(name, bits)(core_config)
-    listed = ",\n    ".join(repr(n) for n in names)
-    return Fix("weights_bits_many", f"kernels at {bits} bits in the {len(names)} layers whose kernels lose most",
-               f"{len(narrow)} kernels are narrower than the TPC allows; these {len(names)} lose most to it (about "
-               f"{extra / 1024:.1f} KiB more weights memory)",
-               _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\nfor name in [\n    {listed}]:\n"
-                                 "    bit_width_config.set_manual_weights_bit_width(mct.core.network_editor."
-                                 f"NodeNameFilter(name), {bits}, mct.target_platform_capabilities.constants.KERNEL_ATTR)",
-                                 "bit_width_config=bit_width_config"), apply, touches=names)
+    return _bit_width_fix("weights_bits_many", f"kernels at {bits} bits in the {len(names)} layers whose kernels lose most",
+                          f"{len(narrow)} kernels are narrower than the TPC allows; these {len(names)} lose most to it "
+                          f"(about {extra / 1024:.1f} KiB more weights memory)", names, bits, True)
 
 
 def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str, LayerFacts],
@@ -234,28 +232,20 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
         layer = layers[name]
         if layer.activation is not None and a_allowed and max(a_allowed) > layer.activation.n_bits:
             bits = max(a_allowed)
-            fixes.append(Fix("output_bits", f"output layer '{name}' at {bits} bits",
-                             f"the output layer has {layer.activation.n_bits}-bit activations",
-                             _core_config_code(f"bit_width_config = mct.core.BitWidthConfig()\n"
-                                               f"bit_width_config.set_manual_activation_bit_width({_filter(name)}, {bits})",
-                                               "bit_width_config=bit_width_config"),
-                             _set_activation_bits(name, bits), name))
+            fixes.append(_bit_width_fix("output_bits", f"output layer '{name}' at {bits} bits",
+                                        f"the output layer has {layer.activation.n_bits}-bit activations", [name], bits,
+                                        False, name))
     now = {name: layer.activation.n_bits for name, layer in layers.items()
            if layer.activation is not None and name in reference}
     widest = {name: max(_allowed_bits(reference.node(name))[0], default=0) for name in now}
     top = max(widest.values(), default=0)
     wider = [name for name, bits in widest.items() if bits == top and bits > now[name]]
     if wider:
-        names = ",\n    ".join(repr(n) for n in wider)
-        fixes.append(Fix("activations_16bit", f"{top}-bit activations wherever the TPC allows them ({len(wider)} layers)",
-                         f"the TPC offers wider activations for {len(wider)} layer(s) ({', '.join(wider[:3])}"
-                         f"{', ...' if len(wider) > 3 else ''}): the upper bound of what wider activations give",
-                         _core_config_code("bit_width_config = mct.core.BitWidthConfig()\nfor name in [\n    "
-                                           f"{names}]:\n    bit_width_config.set_manual_activation_bit_width("
-                                           "mct.core.network_editor.NodeNameFilter(name), "
-                                           f"{top})",
-                                           "bit_width_config=bit_width_config"),
-                         _set_activations(wider, top), touches=wider))
+        fixes.append(_bit_width_fix("activations_16bit",
+                                    f"{top}-bit activations wherever the TPC allows them ({len(wider)} layers)",
+                                    f"the TPC offers wider activations for {len(wider)} layer(s) ({', '.join(wider[:3])}"
+                                    f"{', ...' if len(wider) > 3 else ''}): the upper bound of what wider activations "
+                                    "give", wider, top, False))
     from hwquant.core.error_methods import QuantizationErrorMethod
     alternative = QuantizationErrorMethod.NOCLIPPING if qc.activation_error_method != QuantizationErrorMethod.NOCLIPPING \
         else QuantizationErrorMethod.MSE

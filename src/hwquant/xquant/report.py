@@ -53,9 +53,21 @@ class RunSettings:
     notes: List[str] = field(default_factory=list)
 
 
+def run_report(make_backend: Callable[[RunSettings], XQuantBackend], metadata: Dict[str, Any],
+               repr_dataset: Callable[[], Any], validation_dataset: Callable[[], Any], config: Any,
+               troubleshoot: bool) -> Tuple["XQuantResult", Optional[Dict[str, list]]]:
+    """What every framework's facade does: check the config, find the run's settings, make the framework's back
+    end with them, and generate the report."""
+    if not isinstance(config, XQuantConfig):
+        raise XQuantInputError(f"xquant_config must be an XQuantConfig, got {type(config).__name__}")
+    settings = settings_for(metadata, config)
+    return generate_report(make_backend(settings), repr_dataset, validation_dataset, config, settings, metadata,
+                           troubleshoot)
+
+
 def settings_for(metadata: Dict[str, Any], config: XQuantConfig) -> RunSettings:
-    """Framework-free part of ``run_settings``: XQuantConfig's settings, else the model's metadata, else
-    the defaults (said in the notes)."""
+    """The settings to quantize again with: XQuantConfig's, else those the model's metadata records, else the
+    defaults (said in the notes)."""
     from hwquant.core.model_metadata import settings_of
     from hwquant.tpc.platforms import get_target_platform_capabilities
     from hwquant.tpc.serialization import load_target_platform_capabilities
@@ -218,7 +230,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
         OUTPUT_SIMILARITY_METRICS_REPR: repr_sim.output, OUTPUT_SIMILARITY_METRICS_VAL: val_sim.output,
         INTERMEDIATE_SIMILARITY_METRICS_REPR: repr_sim.intermediate,
         INTERMEDIATE_SIMILARITY_METRICS_VAL: val_sim.intermediate})
-    quantized_names = {name for name in layers}
+    quantized_names = set(layers)
     reference_names = {n.name for n in reference}
     rows = []
     for node in reference:
@@ -305,8 +317,9 @@ def _output_sensitivity(backend: XQuantBackend, names: List[str], float_cache: l
 
 
 def _measure_order(fixes: List[Fix]) -> List[Fix]:
-    """Which fixes to measure first: deployable remedies of the costliest layers and of the judged causes
-    (in their order), then the layers kept float (diagnoses), GPTQ last (not measured: it trains)."""
+    """Which fixes to measure first: GPTQ when XQuantConfig asks for it, the deployable remedies of the judged
+    causes and of the costliest layers (in their order), another error method, then the layers kept float
+    (diagnoses); GPTQ not asked for is never measured (it trains)."""
     deployable = [f for f in fixes if f.deployable and f.kind not in ("gptq", "error_method")]
     gptq = [f for f in fixes if f.kind == "gptq" and f.gptq_epochs]  # asked for: measured first
     return gptq + deployable + [f for f in fixes if f.kind == "error_method"] + [f for f in fixes if not f.deployable]
