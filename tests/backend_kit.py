@@ -4,7 +4,7 @@ over an input of (channels, height, width) or (features,); each kit builds them 
 (PyTorch channels first, Keras channels last) and runs the core's pipeline stages on them.
 
 Layer specs: ("conv", out_channels, kernel[, bias]) with 'same' padding, ("bn",), ("relu",),
-("silu",), ("dense", units[, bias]); ("residual", kernel): a same-shape convolution plus its input.
+("silu",), ("hswish",), ("dense", units[, bias]); ("residual", kernel): a same-shape convolution plus its input.
 """
 from __future__ import annotations
 
@@ -104,7 +104,8 @@ class TorchKit(_Kit):
                 layers.append(Residual())
             else:
                 # the factory is called at once: no stale loop variable
-                layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU}[kind]())  # noqa: B023
+                layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU,  # noqa: B023
+                               "hswish": nn.Hardswish}[kind]())
         model = nn.Sequential(*layers).eval()
         with torch.no_grad():
             for m in model.modules():
@@ -175,7 +176,8 @@ class KerasKit(_Kit):
                 bn.set_weights([rng.uniform(0.5, 1.5, c), rng.uniform(-0.2, 0.2, c), rng.uniform(-0.3, 0.3, c),
                                 rng.uniform(0.5, 2.0, c)])
             else:
-                x = {"relu": L.ReLU, "silu": lambda: L.Activation("silu")}[kind]()(x)
+                x = {"relu": L.ReLU, "silu": lambda: L.Activation("silu"),
+                     "hswish": lambda: L.Activation("hard_silu")}[kind]()(x)
         return keras.Model(inp, x)
 
     def capture(self, model: Any, batch: list) -> Any:

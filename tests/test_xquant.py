@@ -232,3 +232,13 @@ def test_mcts_module_paths_resolve():
     finally:
         if not was:
             mct_alias.disable()
+
+
+def test_negative_activations_are_named_for_shift_negative_correction(kit, tmp_path):
+    # MCT's judge lists every PReLU / ELU / Hardswish / SiLU / GELU layer
+    model = kit.model(IN_SHAPE, [("conv", 8, 3), ("hswish",), ("conv", 8, 3), ("silu",), ("conv", 4, 1)])
+    batches = kit.batches(IN_SHAPE, n=2, batch=8, seed=3)
+    q, _ = kit.ptq(model, batches)
+    similarity, causes = _report(kit, model, q, batches, mct.xquant.XQuantConfig(tmp_path, measure_fixes=0))
+    types = {r["name"]: r["opset"] for r in similarity.report["layers"]}
+    assert sorted(types[n] for n in causes["shift_negative_activation"]) == ["HardSwish", "Swish"]

@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from hwquant.core.graph import Graph, Node
+from hwquant.tpc.enums import OperatorSetNames
 
 # Operator sets (the TPC's names) that act on each channel alone and keep the channel count.
-CHANNEL_WISE_OPSETS = ("ReLU", "ReLU6", "LeakyReLU", "Elu", "HardTanh", "Swish", "Sigmoid", "Tanh", "Gelu",
-                       "HardSigmoid", "HardSwish", "Hardswish", "PReLU", "Dropout", "MaxPool", "AvgPool")
+CHANNEL_WISE_OPSETS = tuple(o.value for o in (
+    OperatorSetNames.RELU, OperatorSetNames.RELU6, OperatorSetNames.LEAKY_RELU, OperatorSetNames.ELU,
+    OperatorSetNames.HARD_TANH, OperatorSetNames.SWISH, OperatorSetNames.SIGMOID, OperatorSetNames.TANH,
+    OperatorSetNames.GELU, OperatorSetNames.HARDSIGMOID, OperatorSetNames.HARDSWISH, OperatorSetNames.PRELU,
+    OperatorSetNames.DROPOUT, OperatorSetNames.MAXPOOL, OperatorSetNames.AVGPOOL))
 
 
 @dataclass

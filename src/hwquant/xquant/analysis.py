@@ -13,6 +13,7 @@ import numpy as np
 from hwquant.core import quant_math
 from hwquant.core.graph import Graph
 from hwquant.errors import HwquantError
+from hwquant.tpc.enums import OperatorSetNames
 from hwquant.xquant.backend import BatchRun, LayerFacts, XQuantBackend, per_tensor_range
 from hwquant.xquant.config import XQuantConfig
 from hwquant.xquant.similarity import Averages, compare, in_db
@@ -27,8 +28,9 @@ SAMPLE_PER_CHUNK, SAMPLE_SIZE = 2048, 32768
 SUBSAMPLE_PER_CHUNK = 65536
 # Operator sets whose float output has a negative part that an unsigned grid would lose (MCT's list:
 # PReLU, ELU, Hardswish, SiLU, GELU); shift-negative correction moves it onto the grid.
-NEGATIVE_ACTIVATIONS = ("PReLU", "Elu", "Hardswish", "Swish", "Gelu")
-MERGING_OPSETS = ("Concatenate", "Add")
+NEGATIVE_ACTIVATIONS = tuple(o.value for o in (OperatorSetNames.PRELU, OperatorSetNames.ELU, OperatorSetNames.HARDSWISH,
+                                               OperatorSetNames.SWISH, OperatorSetNames.GELU))
+MERGING_OPSETS = (OperatorSetNames.CONCATENATE.value, OperatorSetNames.ADD.value)
 
 
 class XQuantInputError(HwquantError):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hwquant.xquant.analysis import (TensorProfile, XQuantInputError, chunks, detect_degraded, judge_causes,
+from hwquant.xquant.analysis import (MERGING_OPSETS, TensorProfile, XQuantInputError, chunks, detect_degraded, judge_causes,
                                      noise_at_output, output_layers, similarity_pass, weights_error)
 from hwquant.xquant.backend import LayerFacts, XQuantBackend
 from hwquant.xquant.config import XQuantConfig
@@ -173,7 +173,7 @@ def generate_report(backend: XQuantBackend, repr_dataset: Callable[[], Any], val
                                f"are not in the float model (e.g. {missing[:5]}); pass the float model the quantized "
                                "one was made from")
     # The inputs of merging layers are profiled too (the unbalanced-concatenation judge reads their ranges).
-    merging_inputs = [i for n in reference if n.opset in ("Concatenate", "Add") for i in n.inputs
+    merging_inputs = [i for n in reference if n.opset in MERGING_OPSETS for i in n.inputs
                       if i in reference and reference.node(i).float_output]
     observed = compared + [n for n in dict.fromkeys(merging_inputs) if n not in compared]
     profiles = {name: TensorProfile() for name in observed}
