@@ -7,6 +7,8 @@ import html
 import math
 from typing import Any, Dict, Optional
 
+from hwquant.xquant.similarity import in_db
+
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1d232b;
 background:#fafbfc;font-size:14px}
@@ -42,11 +44,7 @@ def _num(value: Any, digits: int = 2, unit: str = "") -> str:
 
 
 def _db(ratio: Optional[float]) -> Optional[float]:
-    if ratio is None:
-        return None
-    if ratio <= 0:
-        return -math.inf
-    return math.inf if math.isinf(ratio) else 10 * math.log10(ratio)
+    return None if ratio is None else in_db(ratio)
 
 
 def histogram_svg(row: Dict[str, Any], width: int = 220, height: int = 54) -> str:
