@@ -59,6 +59,12 @@ class _Kit:
         return getattr(mct.ptq, f"{self.facade_prefix}_post_training_quantization")(model, self.data_gen(batches),
                                                                                      **kwargs)
 
+    def prune(self, model: Any, batches: List[list], target_bytes: float, **kwargs: Any) -> tuple:
+        import hwquant as mct
+
+        return getattr(mct.pruning, f"{self.facade_prefix}_pruning_experimental")(
+            model, mct.core.ResourceUtilization(weights_memory=target_bytes), self.data_gen(batches), **kwargs)
+
     def resource_utilization_data(self, model: Any, batches: List[list], **kwargs: Any) -> Any:
         import hwquant as mct
 
@@ -80,7 +86,7 @@ class TorchKit(_Kit):
 
     def model(self, in_shape: Sequence[int], specs: Sequence[tuple]) -> Any:
         nn, torch = self.nn, self.torch
-        channels, layers = in_shape[0], []
+        channels, layers, spatial = in_shape[0], [], list(in_shape[1:])
         for kind, *args in specs:
             if kind == "conv":
                 out, k, *bias = args
@@ -90,6 +96,16 @@ class TorchKit(_Kit):
                 out, *bias = args
                 layers.append(nn.Linear(channels, out, bias=bias[0] if bias else True))
                 channels = out
+            elif kind == "dwconv":
+                k, *bias = args
+                layers.append(nn.Conv2d(channels, channels, k, padding=k // 2, groups=channels,
+                                        bias=bias[0] if bias else True))
+            elif kind == "maxpool":
+                layers.append(nn.MaxPool2d(2))
+                spatial = [d // 2 for d in spatial]
+            elif kind == "flatten":
+                layers.append(nn.Flatten())
+                channels = channels * int(np.prod(spatial))
             elif kind == "residual":
                 conv = nn.Conv2d(channels, channels, args[0], padding=args[0] // 2)
 
@@ -114,6 +130,15 @@ class TorchKit(_Kit):
                     m.running_var.uniform_(0.5, 2.0)
                     m.weight.uniform_(0.5, 1.5)
         return model
+
+    def params(self, model: Any) -> int:
+        return sum(p.numel() for p in model.parameters())
+
+    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int]) -> None:
+        """Zero output channels of the model's ``conv_index``-th (non-depthwise) convolution."""
+        convs = [m for m in model.modules() if isinstance(m, self.nn.Conv2d) and m.groups == 1]
+        with self.torch.no_grad():
+            convs[conv_index].weight[list(channels)] = 0.0
 
     def capture(self, model: Any, batch: list) -> Any:
         from hwquant.torch.capture import capture
@@ -166,6 +191,13 @@ class KerasKit(_Kit):
             elif kind == "dense":
                 out, *bias = args
                 x = L.Dense(out, use_bias=bias[0] if bias else True)(x)
+            elif kind == "dwconv":
+                k, *bias = args
+                x = L.DepthwiseConv2D(k, padding="same", use_bias=bias[0] if bias else True)(x)
+            elif kind == "maxpool":
+                x = L.MaxPooling2D(2)(x)
+            elif kind == "flatten":
+                x = L.Flatten()(x)
             elif kind == "residual":
                 x = keras.ops.add(L.Conv2D(x.shape[-1], args[0], padding="same")(x), x)
             elif kind == "bn":
@@ -179,6 +211,16 @@ class KerasKit(_Kit):
                 x = {"relu": L.ReLU, "silu": lambda: L.Activation("silu"),
                      "hswish": lambda: L.Activation("hard_silu")}[kind]()(x)
         return keras.Model(inp, x)
+
+    def params(self, model: Any) -> int:
+        return int(model.count_params())
+
+    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int]) -> None:
+        L = self.keras.layers
+        convs = [la for la in model.layers if isinstance(la, L.Conv2D) and not isinstance(la, L.DepthwiseConv2D)]
+        kernel, *rest = convs[conv_index].get_weights()
+        kernel[..., list(channels)] = 0.0
+        convs[conv_index].set_weights([kernel, *rest])
 
     def capture(self, model: Any, batch: list) -> Any:
         from hwquant.keras.capture import capture

@@ -49,18 +49,37 @@ def test_mcts_configuration_names():
         PruningConfig(importance_metric="LFH")
 
 
-def test_channels_per_section_and_greedy_groups(kit):
-    from hwquant.pruning.selection import greedy_kept_groups, magnitude_scores, params_per_channel, simd_groups
+class _Additive:
+    """A weights count where each channel of a section costs the same (the greedy choice's contract)."""
+
+    def __init__(self, per_channel, rest=0.0):
+        self.per_channel, self.rest = per_channel, rest
+
+    def total(self, kept):
+        return self.rest + sum(c * k for c, k in zip(self.per_channel, kept))
+
+    def saving(self, kept, section, new):
+        return self.per_channel[section] * (kept[section] - new)
+
+
+def test_weights_counted_exactly_and_greedy_groups(kit):
+    from hwquant.pruning.selection import WeightsCount, greedy_kept_groups, simd_groups
     graph, (sections, _) = _sections(kit, [("conv", 8, 3), ("relu",), ("conv", 16, 3), ("relu",), ("conv", 4, 1)])
-    # 3x3 convolution 3 -> 8 with bias, then 3x3 convolution 8 -> 16: one of the 8 channels holds 27 + 1 + 16 * 9
-    assert params_per_channel(graph, kit.adapter(graph), sections[0]) == 27 + 1 + 144
+    count = WeightsCount(graph, kit.adapter(graph), sections, {}, pad_to_simd=False)
+    # 3x3 convolutions 3 -> 8 -> 16 with biases, then 1x1 16 -> 4: the middle one loses inputs and outputs at once
+    assert count.total([8, 16]) == (27 * 8 + 8) + (9 * 8 * 16 + 16) + (16 * 4 + 4)
+    assert count.total([4, 8]) == (27 * 4 + 4) + (9 * 4 * 8 + 8) + (8 * 4 + 4)
+    assert count.saving([8, 16], 0, 4) == (27 + 1) * 4 + 9 * 4 * 16
+    padded = WeightsCount(graph, kit.adapter(graph), sections, {n.name: 32 for n in graph}, pad_to_simd=True)
+    assert padded.total([8, 16]) == 32 * (28 + 9 * 8 + 1 + 17)  # every layer's outputs padded to 32 channels
     scores = np.array([0.1, 5.0, 3.0, 0.2, 4.0])
     assert [g.tolist() for g in simd_groups(scores, 2)] == [[1, 4], [2, 3], [0]]
-    assert magnitude_scores(np.array([[1.0, 2.0], [3.0, 0.0]]), 0).tolist() == [5.0, 9.0]
-    # two sections of three groups: the least important per parameter go first, each keeps one group
-    kept = greedy_kept_groups({"a": np.array([9.0, 1.0, 0.5]), "b": np.array([8.0, 6.0, 0.1])},
-                              {"a": np.array([10.0, 10.0, 10.0]), "b": np.array([10.0, 10.0, 10.0])},
-                              total_params=100.0, target_params=75.0)
-    assert kept == {"a": 1, "b": 2}  # removed in turn: b's 0.1, a's 0.5, a's 1.0 (b's 6.0 stays): 70 left
-    with pytest.raises(ValueError, match="smallest model"):
-        greedy_kept_groups({"a": np.array([1.0, 1.0])}, {"a": np.array([10.0, 10.0])}, 30.0, 10.0)
+    # two sections of three groups: the least important per weight go first, each keeps one group
+    kept = greedy_kept_groups([np.array([9.0, 1.0, 0.5]), np.array([8.0, 6.0, 0.1])], [np.ones(3), np.ones(3)],
+                              _Additive([10.0, 10.0], rest=40.0), target_params=75.0)
+    assert kept == [1, 2]  # removed in turn: b's 0.1, a's 0.5, a's 1.0 (b's 6.0 stays): 70 left
+    # an overshoot is filled back: b's two cheap groups go first, then a's costly one passes the target by one
+    # weight: b's better group fits again
+    kept = greedy_kept_groups([np.array([9.0, 0.05]), np.array([9.0, 0.001, 0.0001])], [np.ones(2), np.ones(3)],
+                              _Additive([10.0, 1.0]), target_params=12.0)
+    assert kept == [1, 2]

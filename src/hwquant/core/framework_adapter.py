@@ -104,6 +104,13 @@ class CorrectionFacts(Protocol):
         geometry (None: the node's own, with in/out channels taken from the kernel); updates the
         node's weights, call target and framework attributes."""
 
+    def is_flatten(self, node: Node) -> bool:
+        """A flatten in the framework's own order (row-major over the axes it flattens)."""
+
+    def keep_channels(self, node: Node, kept: np.ndarray) -> None:
+        """Give a per-channel layer with weights (a batch norm, a PReLU) only the channels ``kept`` (sorted
+        indices): its weights and its layer's channel count (structured pruning)."""
+
     def activation_info(self, node: Node) -> Optional[ActivationInfo]:
         """The node's element-wise activation, or None if it is not one."""
 

@@ -124,6 +124,17 @@ class KerasCorrectionFacts:
         canonical, homogeneous = _ACTIVATIONS[name]
         return ActivationInfo(canonical, 0.0 if canonical == "relu" else None, None, homogeneous)
 
+    def is_flatten(self, node: Node) -> bool:
+        # (channels_first: Keras moves the channels last before flattening, not the order of the tensor)
+        return node.kind == NodeKind.MODULE and node.type is L.Flatten \
+            and node.framework_attr.get("data_format") != "channels_first"
+
+    def keep_channels(self, node: Node, kept: np.ndarray) -> None:
+        # (channels last; a Keras layer takes its channel count from its input, so only the weights change)
+        channels = node.output_shape[-1]
+        node.weights = {k: np.take(w, kept, axis=-1) if np.ndim(w) >= 1 and np.shape(w)[-1] == channels else w
+                        for k, w in node.weights.items()}
+
     def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
         if lower != 0:
             raise ValueError(f"node '{node.name}': Keras' ReLU clips at 0 from below, not at {lower}")

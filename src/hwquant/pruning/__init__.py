@@ -1,4 +1,10 @@
-"""`mct.pruning`: structured pruning (issue 31, in progress): MCT 2.6.1's configuration names and the
-framework-free analysis of what can be pruned. The facades (pytorch_pruning_experimental,
-keras_pruning_experimental) are not there yet."""
+"""`mct.pruning`: structured pruning for the target hardware. Written once (framework-free, in this package)
+over a small back end per framework (hwquant.torch.pruning, hwquant.keras.pruning), whose facades load on
+first use."""
+from hwquant.lazy import lazy_table
 from hwquant.pruning.config import ChannelsFilteringStrategy, ImportanceMetric, PruningConfig, PruningInfo  # noqa: F401
+
+__getattr__, __dir__ = lazy_table("hwquant.pruning", {
+    "pytorch_pruning_experimental": "hwquant.torch.pruning",
+    "keras_pruning_experimental": "hwquant.keras.pruning",
+}, globals())

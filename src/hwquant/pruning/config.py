@@ -1,21 +1,24 @@
 """MCT 2.6.1's pruning configuration: PruningConfig, ImportanceMetric, ChannelsFilteringStrategy, PruningInfo
-(same names, values and defaults), validated when built."""
+(same names, values and defaults), validated when built; hwquant adds a data-free MAGNITUDE metric and
+says in PruningInfo what the run did (memory before / after, what was kept whole and why)."""
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from hwquant.errors import InvalidConfigError
 
-# MCT's default number of Hessian approximations per channel score
+# MCT's default number of images the Hessian scores are averaged over
 NUM_SCORE_APPROXIMATIONS = 32
 
 
 class ImportanceMetric(Enum):
-    """How a channel's importance is scored: LFH, the label-free Hessian estimate (MCT's only one)."""
+    """How a channel's importance is scored: LFH, the label-free Hessian estimate (MCT's); MAGNITUDE, the
+    squared L2 norm of the channel's weights (hwquant's: no data, no gradients)."""
     LFH = 0
+    MAGNITUDE = 1
 
 
 class ChannelsFilteringStrategy(Enum):
@@ -24,7 +27,8 @@ class ChannelsFilteringStrategy(Enum):
 
 
 class PruningConfig:
-    """``num_score_approximations`` (Hessian probes per score), ``importance_metric``, ``channels_filtering_strategy``."""
+    """``num_score_approximations`` (images the scores average over), ``importance_metric``,
+    ``channels_filtering_strategy``."""
 
     def __init__(self, num_score_approximations: int = NUM_SCORE_APPROXIMATIONS,
                  importance_metric: ImportanceMetric = ImportanceMetric.LFH,
@@ -45,12 +49,31 @@ class PruningConfig:
         self.channels_filtering_strategy = channels_filtering_strategy
 
 
-class PruningInfo:
-    """What pruning did, per layer: ``pruning_masks`` (1: channel kept, 0: removed) and ``importance_scores``."""
+class PrunedLayer(str):
+    """A key of PruningInfo: the layer's name, which is also its ``.name`` (MCT's keys are graph nodes)."""
 
-    def __init__(self, pruning_masks: Dict[Any, np.ndarray], importance_scores: Dict[Any, np.ndarray]):
+    @property
+    def name(self) -> str:
+        return str(self)
+
+
+class PruningInfo:
+    """What pruning did, per entry layer: ``pruning_masks`` (1: output channel kept, 0: removed) and
+    ``importance_scores`` (each channel's SIMD group's score). Also: ``weights_memory_before`` / ``_after`` and
+    ``target_weights_memory`` (bytes of float32 weights, SIMD padding counted as the TPC says), ``kept_whole``
+    ({layer: why its channels could not be pruned}), ``importance_metric``."""
+
+    def __init__(self, pruning_masks: Dict[Any, np.ndarray], importance_scores: Dict[Any, np.ndarray],
+                 weights_memory_before: Optional[float] = None, weights_memory_after: Optional[float] = None,
+                 target_weights_memory: Optional[float] = None, kept_whole: Optional[Dict[str, str]] = None,
+                 importance_metric: Optional[ImportanceMetric] = None):
         self._pruning_masks = dict(pruning_masks)
         self._importance_scores = dict(importance_scores)
+        self.weights_memory_before = weights_memory_before
+        self.weights_memory_after = weights_memory_after
+        self.target_weights_memory = target_weights_memory
+        self.kept_whole = dict(kept_whole or {})
+        self.importance_metric = importance_metric
 
     @property
     def pruning_masks(self) -> Dict[Any, np.ndarray]:
@@ -59,3 +82,8 @@ class PruningInfo:
     @property
     def importance_scores(self) -> Dict[Any, np.ndarray]:
         return self._importance_scores
+
+    def __repr__(self) -> str:
+        pruned = sum(int(m.size - m.sum()) for m in self._pruning_masks.values())
+        return (f"PruningInfo({len(self._pruning_masks)} layers, {pruned} channels removed, weights memory "
+                f"{self.weights_memory_before} -> {self.weights_memory_after} bytes)")

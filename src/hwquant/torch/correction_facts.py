@@ -4,6 +4,7 @@ which ops commute with a shift or a per-channel scale, and the nodes the correct
 constant add, a constant pad). Mixed into `PytorchAdapter`."""
 from __future__ import annotations
 
+import copy
 import inspect
 import operator
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -174,6 +175,27 @@ class PytorchCorrectionFacts:
             return None
         name, homogeneous = _ACTIVATION_FUNCTIONS[node.type]
         return ActivationInfo(name, 0.0 if name == "relu" else None, None, homogeneous)
+
+    def is_flatten(self, node: Node) -> bool:
+        if node.kind == NodeKind.MODULE:
+            return isinstance(node.call_target, nn.Flatten)
+        return node.call_target is torch.flatten or (node.kind == NodeKind.METHOD and node.call_target == "flatten")
+
+    def keep_channels(self, node: Node, kept: np.ndarray) -> None:
+        layer = copy.deepcopy(node.call_target)
+        channels = node.output_shape[1]
+        with torch.no_grad():
+            for name, tensor in list(layer.named_parameters(recurse=False)) + list(layer.named_buffers(recurse=False)):
+                if tensor is not None and tensor.ndim >= 1 and tensor.shape[0] == channels:
+                    value = tensor[torch.as_tensor(kept)].clone()
+                    setattr(layer, name, nn.Parameter(value, tensor.requires_grad)
+                            if isinstance(tensor, nn.Parameter) else value)
+        for count in ("num_features", "num_parameters"):  # batch norms', PReLU's channel count
+            if getattr(layer, count, 1) == channels:
+                setattr(layer, count, len(kept))
+        node.call_target = layer
+        node.weights = module_weights(layer)
+        node.framework_attr = module_framework_attr(layer)
 
     def set_activation_bounds(self, node: Node, lower: float, upper: float) -> None:
         if node.kind == NodeKind.MODULE:

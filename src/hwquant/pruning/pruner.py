@@ -1,0 +1,133 @@
+"""Structured pruning, the order of work, written once (the frameworks give a small back end): find the
+sections, count the weights, score the channels, choose the SIMD groups to remove under the weights-memory
+target, rebuild the graph with fewer channels, and say what was done and what was left whole."""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Dict, List, Optional, Protocol, Tuple
+
+import numpy as np
+
+from hwquant.core.candidates import assign_candidates
+from hwquant.core.config import CoreConfig, ResourceUtilization
+from hwquant.core.graph import Graph
+from hwquant.errors import InvalidConfigError
+from hwquant.pruning import importance as imp
+from hwquant.pruning.config import ImportanceMetric, PruningConfig, PruningInfo, PrunedLayer
+from hwquant.pruning.rebuild import prune_section
+from hwquant.pruning.sections import Section, prunable_sections
+from hwquant.pruning.selection import FLOAT32_BYTES, WeightsCount, greedy_kept_groups, simd_groups
+
+log = logging.getLogger("hwquant.pruning")
+
+
+class PruningBackend(imp.GradientBackend, Protocol):
+    """What pruning needs from a framework: the captured float graph (batch norms not folded), its adapter and
+    the TPC; the gradients of the LFH metric (imp.GradientBackend); the model built back from a graph."""
+    graph: Graph
+    adapter: Any
+    tpc: Any
+
+    def build(self, graph: Graph) -> Any:
+        """The float model of ``graph``, its weights trainable (ready to fine-tune)."""
+
+
+def check_arguments(target: Any, config: Any) -> None:
+    if not isinstance(target, ResourceUtilization):
+        raise InvalidConfigError("target_resource_utilization must be a mct.core.ResourceUtilization, got "
+                                 f"{type(target).__name__}")
+    if not math.isfinite(target.weights_memory):
+        raise InvalidConfigError("pruning needs a weights-memory target: pass ResourceUtilization(weights_memory=N) "
+                                 "with N in bytes of float32 weights (4 per parameter), e.g. 4 * 0.5 * the model's "
+                                 "parameter count for half the weights")
+    if not isinstance(config, PruningConfig):
+        raise InvalidConfigError(f"pruning_config must be a mct.pruning.PruningConfig, got {type(config).__name__}")
+
+
+def _simd_of(node: Any) -> int:
+    """The smallest SIMD width of the node's TPC options (MCT's rule); 1 where the TPC gives none."""
+    widths = [c.weights_quantization_cfg.simd_size for c in node.candidates
+              if getattr(c.weights_quantization_cfg, "simd_size", None)]
+    return int(min(widths)) if widths else 1
+
+
+def prune(backend: PruningBackend, target: ResourceUtilization, config: PruningConfig) -> Tuple[Optional[Graph], PruningInfo]:
+    """(the pruned graph, or None when the model already meets the target; what was done)."""
+    graph, adapter = backend.graph, backend.adapter
+    fqc = adapter.attach(backend.tpc)
+    assign_candidates(graph, fqc, CoreConfig(), adapter)  # operator sets and SIMD widths
+    sections, kept_whole = prunable_sections(graph, adapter)
+    simd = {node.name: _simd_of(node) for node in graph}
+    count = WeightsCount(graph, adapter, sections, simd, bool(getattr(backend.tpc, "is_simd_padding", False)))
+    full = [s.channels for s in sections]
+    before = count.total(full) * FLOAT32_BYTES
+    target_bytes = float(target.weights_memory)
+    ignored = sorted(str(t) for t in target.get_restricted_targets() if "WEIGHTS" not in str(t).upper())
+    if ignored:
+        log.warning("pruning meets the weights-memory target only; %s ignored (use mixed precision on the pruned "
+                    "model for those)", ", ".join(ignored))
+    facts: Dict[str, Any] = dict(weights_memory_before=before, target_weights_memory=target_bytes,
+                                 kept_whole=kept_whole, importance_metric=config.importance_metric)
+    if before <= target_bytes:
+        log.warning("the model's weights take %.0f bytes (float32), within the target's %.0f: nothing pruned, the "
+                    "model is returned unchanged", before, target_bytes)
+        return None, PruningInfo({PrunedLayer(s.entry): np.ones(s.channels) for s in sections}, {},
+                                 weights_memory_after=before, **facts)
+    if not sections:
+        reasons = "; ".join(f"{k}: {v}" for k, v in list(kept_whole.items())[:6]) or "the model has no kernel layer"
+        raise InvalidConfigError(f"nothing in the model can be pruned ({reasons}). Pruning removes output channels of "
+                                 "a convolution or dense layer that one other convolution or dense layer reads (through "
+                                 "batch norms, activations, pooling, a flatten)")
+    floor = count.total([min(simd[s.entry], s.channels) for s in sections]) * FLOAT32_BYTES
+    if floor > target_bytes:
+        raise InvalidConfigError(
+            f"target weights memory {target_bytes:.0f} bytes cannot be reached by pruning: the smallest model it can "
+            f"make takes {floor:.0f} bytes (every prunable layer down to one SIMD group of channels; "
+            f"{len(kept_whole)} layer(s) kept whole: {', '.join(list(kept_whole)[:5])}). Ask for at least that, "
+            "or quantize the weights too (mixed precision)")
+    groups_of, scores_of = _score(backend, sections, simd, config)
+    sizes = [np.array([len(g) for g in groups_of[s.entry]]) for s in sections]
+    # (the floor is checked above: the greedy choice cannot meet an unreachable target)
+    kept_groups = greedy_kept_groups([scores_of[s.entry] for s in sections], sizes, count, target_bytes / FLOAT32_BYTES)
+    masks, scores = {}, {}
+    kept_channels = []
+    for section, n_kept in zip(sections, kept_groups):
+        groups = groups_of[section.entry]
+        kept = np.sort(np.concatenate(groups[:n_kept]))
+        kept_channels.append(len(kept))
+        mask = np.zeros(section.channels)
+        mask[kept] = 1
+        masks[PrunedLayer(section.entry)] = mask
+        scores[PrunedLayer(section.entry)] = imp.unroll(groups, scores_of[section.entry], section.channels)
+        if len(kept) < section.channels:
+            prune_section(graph, adapter, section, kept)
+    after = count.total(kept_channels) * FLOAT32_BYTES
+    _log_result(sections, kept_channels, before, after, target_bytes, kept_whole)
+    return graph, PruningInfo(masks, scores, weights_memory_after=after, **facts)
+
+
+def _score(backend: PruningBackend, sections: List[Section], simd: Dict[str, int],
+           config: PruningConfig) -> Tuple[Dict[str, List[np.ndarray]], Dict[str, np.ndarray]]:
+    """Per entry layer: its SIMD groups (most important first) and their scores."""
+    adapter, graph = backend.adapter, backend.graph
+    kernels = imp.section_kernels(graph, adapter, sections)
+    out_axes = {e: adapter.kernel_axes(graph.node(e))[0] for e in kernels}
+    traces: Dict[str, Any] = {e: None for e in kernels}
+    if config.importance_metric == ImportanceMetric.LFH:
+        traces = imp.lfh_traces(backend, kernels, out_axes, config.num_score_approximations)
+    groups_of, scores_of = {}, {}
+    for e, kernel in kernels.items():
+        channel = imp.channel_scores(kernel, out_axes[e], traces[e])
+        groups_of[e] = simd_groups(channel, simd[e])
+        scores_of[e] = imp.group_scores(kernel, out_axes[e], groups_of[e], traces[e])
+    return groups_of, scores_of
+
+
+def _log_result(sections: List[Section], kept: List[int], before: float, after: float, target: float,
+                kept_whole: Dict[str, str]) -> None:
+    pruned = [f"{s.entry} {s.channels}->{k}" for s, k in zip(sections, kept) if k < s.channels]
+    log.info("pruned %d of %d prunable layers: weights memory %.0f -> %.0f bytes (target %.0f): %s",
+             len(pruned), len(sections), before, after, target, ", ".join(pruned))
+    if kept_whole:
+        log.info("kept whole (%d): %s", len(kept_whole), "; ".join(f"{k}: {v}" for k, v in kept_whole.items()))
