@@ -5,12 +5,13 @@
 
 Each case: the float model, a weights-memory target of `ratio` x its weights memory as MCT's pruning counts it
 (4 bytes per parameter, each layer's output channels padded to the TPC's SIMD width: the default TPC, IMX500,
-groups of 32) and LFH scores over 32 images. Measured
-per tool: pruning time, parameters after, accuracy right after pruning, after the same short fine-tune (Fashion
-CNNs: one epoch of cross-entropy on the 60k training images; MobileNetV2: distillation from the float logits,
-2 epochs over the 192 calibration crops), and after the tool's own PTQ of the fine-tuned model. Fashion CNNs:
-labelled test accuracy (10k); MobileNetV2: top-1 agreement and output SQNR against the float model on 490
-held-out crops. MCT runs in .venv-mct (`--tool mct`, called by this script)."""
+groups of 32) and LFH scores over 32 images; hwquant with its default mean replacement (the figure without it
+is kept in the JSON). Measured per tool: pruning time, parameters after, accuracy right after pruning, after the
+same short fine-tune (Fashion CNNs: one epoch of cross-entropy on the 60k training images; MobileNetV2:
+distillation from the float logits, 2 epochs over the 192 calibration crops, batch-norm statistics frozen), and
+after the tool's own PTQ of the fine-tuned model. Fashion CNNs: labelled test accuracy (10k); MobileNetV2: top-1
+agreement and output SQNR against the float model on 490 held-out crops. MCT runs in .venv-mct (`--tool mct`,
+called by this script)."""
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,9 @@ def load(name: str):
             opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
             start = time.perf_counter()
             m.train()
+            for layer in m.modules():  # (batch-norm statistics kept: 16-image batches would spoil them)
+                if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm):
+                    layer.eval()
             for _ in range(2):
                 for b, t in zip(batches, teacher.split(16)):
                     loss = F.mse_loss(m(b), t)
@@ -160,6 +164,10 @@ def _run_case(tool: str, case: str, memory: float) -> dict:
     row["memory_before"] = getattr(info, "weights_memory_before", None)
     row["kept"] = {str(getattr(k, "name", k)): [int(m.sum()), len(m)] for k, m in info.pruning_masks.items()}
     row["pruned"] = evaluate(pruned)
+    if tool == "hwquant":  # the same without mean replacement (MCT's way), for the record
+        plain, _ = mct.pruning.pytorch_pruning_experimental(model, target, lambda: iter([[b] for b in batches]),
+                                                            mct.pruning.PruningConfig(mean_replacement=False))
+        row["pruned_without_mean_replacement"] = evaluate(plain)
     for p in pruned.parameters():
         p.requires_grad_(True)
     row["fine_tune_s"] = fine_tune(pruned)

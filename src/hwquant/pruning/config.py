@@ -28,11 +28,17 @@ class ChannelsFilteringStrategy(Enum):
 
 class PruningConfig:
     """``num_score_approximations`` (images the scores average over), ``importance_metric``,
-    ``channels_filtering_strategy``."""
+    ``channels_filtering_strategy``; hwquant's ``mean_replacement`` (keyword only, default True): the removed
+    channels' mean contribution over the representative data is added to the bias of the layer that read them,
+    so the pruned model starts closer to the float one (MCT drops them: False)."""
 
     def __init__(self, num_score_approximations: int = NUM_SCORE_APPROXIMATIONS,
                  importance_metric: ImportanceMetric = ImportanceMetric.LFH,
-                 channels_filtering_strategy: ChannelsFilteringStrategy = ChannelsFilteringStrategy.GREEDY):
+                 channels_filtering_strategy: ChannelsFilteringStrategy = ChannelsFilteringStrategy.GREEDY, *,
+                 mean_replacement: bool = True):
+        if not isinstance(mean_replacement, bool):
+            raise InvalidConfigError(f"PruningConfig.mean_replacement must be True or False, got {mean_replacement!r}")
+        self.mean_replacement = mean_replacement
         if isinstance(num_score_approximations, bool) or not isinstance(num_score_approximations, int) \
                 or num_score_approximations < 1:
             raise InvalidConfigError(f"PruningConfig.num_score_approximations must be an int >= 1, got "

@@ -15,7 +15,8 @@ from hwquant.core.graph import Graph
 from hwquant.errors import InvalidConfigError
 from hwquant.pruning import importance as imp
 from hwquant.pruning.config import ImportanceMetric, PruningConfig, PruningInfo, PrunedLayer
-from hwquant.pruning.rebuild import prune_section
+from hwquant.core.statistics import TensorStatistics
+from hwquant.pruning.rebuild import prune_section, removed_inputs_shift
 from hwquant.pruning.sections import Section, prunable_sections
 from hwquant.pruning.selection import FLOAT32_BYTES, WeightsCount, greedy_kept_groups, simd_groups
 
@@ -100,8 +101,25 @@ def prune(backend: PruningBackend, target: ResourceUtilization, config: PruningC
         mask[kept] = 1
         masks[PrunedLayer(section.entry)] = mask
         scores[PrunedLayer(section.entry)] = imp.unroll(groups, scores_of[section.entry], section.channels)
-        if len(kept) < section.channels:
-            prune_section(graph, adapter, section, kept)
+
+    pruned = [i for i, s in enumerate(sections) if kept_channels[i] < s.channels]
+    means = _exit_input_means(backend, [sections[i] for i in pruned]) if config.mean_replacement else {}
+    compensated, uncompensated = [], []
+    for i in pruned:
+        section = sections[i]
+        kept = np.flatnonzero(masks[PrunedLayer(section.entry)])
+        shift = None
+        if section.exit_input in means:
+            shift = removed_inputs_shift(graph, adapter, section, kept, means[section.exit_input])
+            shift, folded = _fold_into_batch_norm(graph, adapter, section, shift)
+            (compensated if folded or shift is not None else uncompensated).append(section.exit)
+        prune_section(graph, adapter, section, kept, shift)
+    if compensated:
+        log.info("the removed channels' mean contributions were folded into the biases (or the following batch "
+                 "norms) of %s; PruningConfig(mean_replacement=False) drops them, as MCT", ", ".join(compensated))
+    if uncompensated:
+        log.info("no bias or batch norm to fold the removed channels' mean contribution into: %s",
+                 ", ".join(uncompensated))
     after = count.total(kept_channels) * FLOAT32_BYTES
     _log_result(sections, kept_channels, before, after, target_bytes, kept_whole)
     return graph, PruningInfo(masks, scores, weights_memory_after=after, **facts)
@@ -122,6 +140,32 @@ def _score(backend: PruningBackend, sections: List[Section], simd: Dict[str, int
         groups_of[e] = simd_groups(channel, simd[e])
         scores_of[e] = imp.group_scores(kernel, out_axes[e], groups_of[e], traces[e])
     return groups_of, scores_of
+
+
+def _fold_into_batch_norm(graph: Graph, adapter: Any, section: Section,
+                          shift: np.ndarray) -> Tuple[Optional[np.ndarray], bool]:
+    """(the shift to add to the exit's bias, or None; whether the batch norm reading the exit took it instead).
+    An exit with a bias takes it there; one without, read only by a batch norm, has that norm's mean lowered by
+    it (the same function, no new weight); else it is dropped (None, False)."""
+    exit_ = graph.node(section.exit)
+    if adapter.bias_attr(exit_) in exit_.weights:
+        return shift, False
+    readers = graph.successors(exit_)
+    norm = adapter.batch_norm_params(readers[0]) if len(readers) == 1 and not graph.is_output(exit_) \
+        and readers[0].inputs == [exit_.name] else None
+    if norm is None:
+        return None, False
+    key = next(k for k, w in readers[0].weights.items() if w is norm.mean)  # (the adapter hands out the array)
+    readers[0].weights[key] = (np.asarray(norm.mean, np.float64) - shift).astype(np.asarray(norm.mean).dtype)
+    return None, True
+
+
+def _exit_input_means(backend: PruningBackend, sections: List[Section]) -> Dict[str, np.ndarray]:
+    """Per section, the mean of each channel (or feature) the exit layer reads, over the representative data."""
+    statistics = {s.exit_input: TensorStatistics(channel_axis=s.exit_axis, per_channel=True) for s in sections}
+    if statistics:
+        backend.adapter.collect_statistics(backend.graph, statistics, backend.data)
+    return {name: stats.channel_mean for name, stats in statistics.items()}
 
 
 def _log_result(sections: List[Section], kept: List[int], before: float, after: float, target: float,

@@ -5,7 +5,7 @@ features, through a flatten). The layers are made anew with fewer channels throu
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -19,7 +19,22 @@ def _with_channels(node: Node, axis: int, count: int) -> None:
     node.output_shape = tuple(shape)
 
 
-def prune_section(graph: Graph, adapter: Any, section: Section, kept: np.ndarray) -> None:
+def removed_inputs_shift(graph: Graph, adapter: Any, section: Section, kept: np.ndarray,
+                         input_means: np.ndarray) -> np.ndarray:
+    """What the removed channels added to the exit layer's output on average (their mean over the data times
+    their kernel taps): folded into its bias, the layer's mean output stays as it was (mean replacement)."""
+    exit_ = graph.node(section.exit)
+    out_axis, in_axis = adapter.kernel_axes(exit_)
+    kernel = np.moveaxis(np.asarray(exit_.weights[adapter.kernel_attr(exit_)], np.float64), (out_axis, in_axis), (0, 1))
+    taps = kernel.reshape(kernel.shape[0], kernel.shape[1], -1).sum(-1)  # (a constant input meets every tap)
+    removed = np.setdiff1d(np.arange(kernel.shape[1]), section.exit_inputs(kept))
+    return taps[:, removed] @ np.asarray(input_means, np.float64)[removed]
+
+
+def prune_section(graph: Graph, adapter: Any, section: Section, kept: np.ndarray,
+                  exit_bias_shift: Optional[np.ndarray] = None) -> None:
+    """Remove every channel but ``kept`` from the section's layers; ``exit_bias_shift`` is added to the exit's
+    bias (made if it had none)."""
     kept = np.sort(np.asarray(kept, np.int64))
     entry, exit_ = graph.node(section.entry), graph.node(section.exit)
     geometry = adapter.linear_geometry(entry)
@@ -48,4 +63,7 @@ def prune_section(graph: Graph, adapter: Any, section: Section, kept: np.ndarray
         _with_channels(node, axis, len(kept))
     _, in_axis = adapter.kernel_axes(exit_)
     exit_kernel = np.take(exit_.weights[adapter.kernel_attr(exit_)], section.exit_inputs(kept), axis=in_axis)
-    adapter.set_linear_layer(exit_, exit_kernel, exit_.weights.get(adapter.bias_attr(exit_)))
+    bias = exit_.weights.get(adapter.bias_attr(exit_))
+    if exit_bias_shift is not None and np.any(exit_bias_shift):
+        bias = (0.0 if bias is None else np.asarray(bias, np.float64)) + exit_bias_shift
+    adapter.set_linear_layer(exit_, exit_kernel, None if bias is None else np.asarray(bias, np.float32))

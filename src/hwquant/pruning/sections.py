@@ -34,6 +34,12 @@ class Section:
     # with a flatten between (its name): row c holds the exit's input features that channel c became
     flatten: str = ""
     exit_features: Optional[np.ndarray] = None
+    exit_axis: int = 1                            # where the exit's input tensor holds the channels / features
+
+    @property
+    def exit_input(self) -> str:
+        """The tensor the exit layer reads."""
+        return self.channel_wise[-1] if self.channel_wise else self.entry
 
     def exit_inputs(self, kept_channels: np.ndarray) -> np.ndarray:
         """The exit's input channels / features that remain when ``kept_channels`` do (sorted)."""
@@ -153,5 +159,5 @@ def _close(section: Section, exit_: Node, adapter: Any, axis: int, rank: int) ->
     expected = section.channels if section.exit_features is None else section.exit_features.size
     if inputs != expected:
         return None, f"'{exit_.name}' reads {inputs} inputs where '{section.entry}' gives {expected}"
-    section.exit = exit_.name
+    section.exit, section.exit_axis = exit_.name, axis
     return section, ""

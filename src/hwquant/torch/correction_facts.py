@@ -184,12 +184,15 @@ class PytorchCorrectionFacts:
     def keep_channels(self, node: Node, kept: np.ndarray) -> None:
         layer = copy.deepcopy(node.call_target)
         channels = node.output_shape[1]
+        tensors = dict(layer.named_parameters(recurse=False)) | dict(layer.named_buffers(recurse=False))
         with torch.no_grad():
-            for name, tensor in list(layer.named_parameters(recurse=False)) + list(layer.named_buffers(recurse=False)):
-                if tensor is not None and tensor.ndim >= 1 and tensor.shape[0] == channels:
-                    value = tensor[torch.as_tensor(kept)].clone()
-                    setattr(layer, name, nn.Parameter(value, tensor.requires_grad)
-                            if isinstance(tensor, nn.Parameter) else value)
+            for name, value in node.weights.items():  # (the node's weights: an edit may have changed them)
+                tensor = tensors.get(name)
+                if tensor is None or np.ndim(value) < 1 or np.shape(value)[0] != channels:
+                    continue
+                sliced = torch.as_tensor(np.ascontiguousarray(np.asarray(value)[kept]), dtype=tensor.dtype)
+                setattr(layer, name, nn.Parameter(sliced, tensor.requires_grad)
+                        if isinstance(tensor, nn.Parameter) else sliced)
         for count in ("num_features", "num_parameters"):  # batch norms', PReLU's channel count
             if getattr(layer, count, 1) == channels:
                 setattr(layer, count, len(kept))
