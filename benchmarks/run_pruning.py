@@ -136,14 +136,18 @@ def run_keras_case(case: str) -> dict:
 
 
 def run_case(tool: str, case: str, memory: float) -> dict:
+    name, ratio = case.split(":")
+    row = {"tool": tool, "model": name, "ratio": float(ratio)}
     try:
-        return _run_case(tool, case, memory)
-    except Exception as e:  # a tool refusing the target: said in the table
-        name, ratio = case.split(":")
-        return {"tool": tool, "model": name, "ratio": float(ratio), "error": f"{type(e).__name__}: {e}"[:160]}
+        _run_case(tool, case, memory, row)
+    except Exception as e:  # a tool refusing the target, or failing: said in the table with the stage it reached
+        import traceback
+        traceback.print_exc()
+        row["error"] = f"{type(e).__name__}: {e}"[:160]
+    return row
 
 
-def _run_case(tool: str, case: str, memory: float) -> dict:
+def _run_case(tool: str, case: str, memory: float, row: dict) -> None:
     name, ratio = case.split(":")
     torch.set_num_threads(2)
     if tool == "mct":
@@ -154,8 +158,7 @@ def _run_case(tool: str, case: str, memory: float) -> dict:
     model, batches, evaluate, fine_tune = load(name)
     params = sum(p.numel() for p in model.parameters())
     target = mct.core.ResourceUtilization(weights_memory=memory * float(ratio))
-    row = {"tool": tool, "model": name, "ratio": float(ratio), "params_before": params, "float": evaluate(model),
-           "target_bytes": memory * float(ratio)}
+    row.update(params_before=params, float=evaluate(model), target_bytes=memory * float(ratio))
     start = time.perf_counter()
     pruned, info = mct.pruning.pytorch_pruning_experimental(model, target, lambda: iter([[b] for b in batches]))
     row["prune_s"] = time.perf_counter() - start
@@ -176,11 +179,10 @@ def _run_case(tool: str, case: str, memory: float) -> dict:
     quantized, _ = mct.ptq.pytorch_post_training_quantization(pruned, lambda: iter([[b] for b in batches]))
     row["ptq_s"] = time.perf_counter() - start
     row["quantized"] = evaluate(quantized)
-    return row
 
 
 def _figure(r: dict, stage: str) -> str:
-    m = r.get(stage, {})
+    m = r.get(stage) or {}
     if "accuracy" in m:
         return f"{100 * m['accuracy']:.2f} %"
     return f"{100 * m['agreement']:.1f} % / {m['sqnr_db']:.1f} dB" if m else "n/a"
@@ -196,8 +198,16 @@ def markdown(rows: list, note: str) -> str:
              "| model | target | tool | params before -> after | pruning s | float | pruned | fine-tuned | + PTQ |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        if "error" in r:
+        if "error" in r and "prune_s" not in r:
             lines.append(f"| {r['model']} | {r['ratio']:.0%} | {r['tool']} | | | | refused: {r['error']} | | |")
+            continue
+        if "error" in r:
+            stage = next(st for st in ("pruned", "fine_tuned", "quantized") if st not in r)
+            r = dict(r, **{stage: None})
+            lines.append(f"| {r['model']} | {r['ratio']:.0%} | {r['tool']} | {r['params_before']:,} -> "
+                         f"{r['params_after']:,} | {r['prune_s']:.1f} | {_figure(r, 'float')} | "
+                         + " | ".join(_figure(r, st) if r.get(st) else f"fails: {r['error']}"
+                                      for st in ("pruned", "fine_tuned", "quantized")) + " |")
             continue
         lines.append(f"| {r['model']} | {r['ratio']:.0%} | {r['tool']} | {r['params_before']:,} -> "
                      f"{r['params_after']:,} | {r['prune_s']:.1f} | {_figure(r, 'float')} | {_figure(r, 'pruned')} | "

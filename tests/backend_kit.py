@@ -134,11 +134,14 @@ class TorchKit(_Kit):
     def params(self, model: Any) -> int:
         return sum(p.numel() for p in model.parameters())
 
-    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int]) -> None:
-        """Zero output channels of the model's ``conv_index``-th (non-depthwise) convolution."""
+    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int], bias: float = 0.0) -> None:
+        """Zero output channels of the model's ``conv_index``-th (non-depthwise) convolution (their bias set to
+        ``bias`` where it has one: constant channels)."""
         convs = [m for m in model.modules() if isinstance(m, self.nn.Conv2d) and m.groups == 1]
         with self.torch.no_grad():
             convs[conv_index].weight[list(channels)] = 0.0
+            if convs[conv_index].bias is not None:
+                convs[conv_index].bias[list(channels)] = bias
 
     def capture(self, model: Any, batch: list) -> Any:
         from hwquant.torch.capture import capture
@@ -215,11 +218,13 @@ class KerasKit(_Kit):
     def params(self, model: Any) -> int:
         return int(model.count_params())
 
-    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int]) -> None:
+    def zero_channels(self, model: Any, conv_index: int, channels: Sequence[int], bias: float = 0.0) -> None:
         L = self.keras.layers
         convs = [la for la in model.layers if isinstance(la, L.Conv2D) and not isinstance(la, L.DepthwiseConv2D)]
         kernel, *rest = convs[conv_index].get_weights()
         kernel[..., list(channels)] = 0.0
+        if rest:
+            rest[0][list(channels)] = bias
         convs[conv_index].set_weights([kernel, *rest])
 
     def capture(self, model: Any, batch: list) -> Any:

@@ -40,6 +40,19 @@ def test_removing_zero_channels_keeps_the_function_exactly(kit):
     assert kit.params(model) == before  # the model passed is not changed
 
 
+@pytest.mark.parametrize("mean_replacement", [True, False])
+def test_mean_replacement_keeps_constant_channels_contribution(kit, mean_replacement):
+    model = kit.model(IN_SHAPE, [("conv", 8, 3), ("relu",), ("conv", 4, 1)])
+    kit.zero_channels(model, 0, range(4), bias=0.5)  # four channels constant 0.5: removing them is exact only if
+    batches = kit.batches(IN_SHAPE, n=2, batch=4)    # their contribution stays in the next layer's bias
+    pruned, info = kit.prune(model, batches, 4 * (8 * 28 + 36 - 4 * 28 - 4 * 4), pruning_config=PruningConfig(
+        importance_metric=ImportanceMetric.MAGNITUDE, mean_replacement=mean_replacement), **TFLITE)
+    assert [int(m.sum()) for m in info.pruning_masks.values()] == [4]
+    x = batches[0][0]
+    gap = np.abs(_out(kit, pruned, x) - _out(kit, model, x)).max()
+    assert (gap < 1e-5) if mean_replacement else (gap > 0.01)
+
+
 def test_lfh_prunes_in_simd_groups_with_batch_norms(kit):
     model = kit.model(IN_SHAPE, [("conv", 64, 3), ("bn",), ("relu",), ("dwconv", 3), ("bn",), ("relu",),
                                  ("conv", 32, 1), ("relu",), ("conv", 32, 1)])

@@ -83,3 +83,7 @@ def test_weights_counted_exactly_and_greedy_groups(kit):
     kept = greedy_kept_groups([np.array([9.0, 0.05]), np.array([9.0, 0.001, 0.0001])], [np.ones(2), np.ones(3)],
                               _Additive([10.0, 1.0]), target_params=12.0)
     assert kept == [1, 2]
+    # a layer may be told to keep a share of its groups: the choice then takes from the other
+    kept = greedy_kept_groups([np.array([9.0, 1.0, 0.5]), np.array([8.0, 6.0, 0.1])], [np.ones(3), np.ones(3)],
+                              _Additive([10.0, 10.0], rest=40.0), target_params=75.0, least_kept=[2, 1])
+    assert kept == [2, 1]

@@ -67,12 +67,14 @@ class PruningInfo:
     """What pruning did, per entry layer: ``pruning_masks`` (1: output channel kept, 0: removed) and
     ``importance_scores`` (each channel's SIMD group's score). Also: ``weights_memory_before`` / ``_after`` and
     ``target_weights_memory`` (bytes of float32 weights, SIMD padding counted as the TPC says), ``kept_whole``
-    ({layer: why its channels could not be pruned}), ``importance_metric``."""
+    ({layer: why its channels could not be pruned}), ``importance_metric``, ``measured_output_errors`` ({least
+    share of each layer's groups kept: the relative output error that choice gave}, where choices differed)."""
 
     def __init__(self, pruning_masks: Dict[Any, np.ndarray], importance_scores: Dict[Any, np.ndarray],
                  weights_memory_before: Optional[float] = None, weights_memory_after: Optional[float] = None,
                  target_weights_memory: Optional[float] = None, kept_whole: Optional[Dict[str, str]] = None,
-                 importance_metric: Optional[ImportanceMetric] = None):
+                 importance_metric: Optional[ImportanceMetric] = None,
+                 measured_output_errors: Optional[Dict[float, float]] = None):
         self._pruning_masks = dict(pruning_masks)
         self._importance_scores = dict(importance_scores)
         self.weights_memory_before = weights_memory_before
@@ -80,6 +82,7 @@ class PruningInfo:
         self.target_weights_memory = target_weights_memory
         self.kept_whole = dict(kept_whole or {})
         self.importance_metric = importance_metric
+        self.measured_output_errors = dict(measured_output_errors or {})
 
     @property
     def pruning_masks(self) -> Dict[Any, np.ndarray]:

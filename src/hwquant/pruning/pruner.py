@@ -3,6 +3,7 @@ sections, count the weights, score the channels, choose the SIMD groups to remov
 target, rebuild the graph with fewer channels, and say what was done and what was left whole."""
 from __future__ import annotations
 
+import copy
 import logging
 import math
 from typing import Any, Dict, List, Optional, Protocol, Tuple
@@ -18,7 +19,7 @@ from hwquant.pruning.config import ImportanceMetric, PruningConfig, PruningInfo,
 from hwquant.core.statistics import TensorStatistics
 from hwquant.pruning.rebuild import prune_section, removed_inputs_shift
 from hwquant.pruning.sections import Section, prunable_sections
-from hwquant.pruning.selection import FLOAT32_BYTES, WeightsCount, greedy_kept_groups, simd_groups
+from hwquant.pruning.selection import FLOAT32_BYTES, UnreachableTarget, WeightsCount, greedy_kept_groups, simd_groups
 
 log = logging.getLogger("hwquant.pruning")
 
@@ -90,7 +91,9 @@ def prune(backend: PruningBackend, target: ResourceUtilization, config: PruningC
     groups_of, scores_of = _score(backend, sections, simd, config)
     sizes = [np.array([len(g) for g in groups_of[s.entry]]) for s in sections]
     # (the floor is checked above: the greedy choice cannot meet an unreachable target)
-    kept_groups = greedy_kept_groups([scores_of[s.entry] for s in sections], sizes, count, target_bytes / FLOAT32_BYTES)
+    means = _exit_input_means(backend, sections) if config.mean_replacement else {}
+    kept_groups, measured = _measured_choice(backend, sections, groups_of, scores_of, sizes, count,
+                                             target_bytes / FLOAT32_BYTES, means)
     masks, scores = {}, {}
     kept_channels = []
     for section, n_kept in zip(sections, kept_groups):
@@ -101,28 +104,10 @@ def prune(backend: PruningBackend, target: ResourceUtilization, config: PruningC
         mask[kept] = 1
         masks[PrunedLayer(section.entry)] = mask
         scores[PrunedLayer(section.entry)] = imp.unroll(groups, scores_of[section.entry], section.channels)
-
-    pruned = [i for i, s in enumerate(sections) if kept_channels[i] < s.channels]
-    means = _exit_input_means(backend, [sections[i] for i in pruned]) if config.mean_replacement else {}
-    compensated, uncompensated = [], []
-    for i in pruned:
-        section = sections[i]
-        kept = np.flatnonzero(masks[PrunedLayer(section.entry)])
-        shift = None
-        if section.exit_input in means:
-            shift = removed_inputs_shift(graph, adapter, section, kept, means[section.exit_input])
-            shift, folded = _fold_into_batch_norm(graph, adapter, section, shift)
-            (compensated if folded or shift is not None else uncompensated).append(section.exit)
-        prune_section(graph, adapter, section, kept, shift)
-    if compensated:
-        log.info("the removed channels' mean contributions were folded into the biases (or the following batch "
-                 "norms) of %s; PruningConfig(mean_replacement=False) drops them, as MCT", ", ".join(compensated))
-    if uncompensated:
-        log.info("no bias or batch norm to fold the removed channels' mean contribution into: %s",
-                 ", ".join(uncompensated))
+    _apply(graph, adapter, sections, kept_channels, masks, means, log_it=True)
     after = count.total(kept_channels) * FLOAT32_BYTES
     _log_result(sections, kept_channels, before, after, target_bytes, kept_whole)
-    return graph, PruningInfo(masks, scores, weights_memory_after=after, **facts)
+    return graph, PruningInfo(masks, scores, weights_memory_after=after, measured_output_errors=measured, **facts)
 
 
 def _score(backend: PruningBackend, sections: List[Section], simd: Dict[str, int],
@@ -140,6 +125,73 @@ def _score(backend: PruningBackend, sections: List[Section], simd: Dict[str, int
         groups_of[e] = simd_groups(channel, simd[e])
         scores_of[e] = imp.group_scores(kernel, out_axes[e], groups_of[e], traces[e])
     return groups_of, scores_of
+
+
+# The greedy choice trusts each channel's score alone; removing most of one layer costs more than its channels'
+# scores add up to. So the choice is made again with each layer keeping at least a share of its groups, and the
+# candidate whose pruned model's output is closest to the float model's on the representative data is taken.
+LEAST_KEPT_SHARES = (0.0, 0.25, 0.5)
+MEASURED_SAMPLES = 32   # images the candidates' output errors are measured on
+MEAN_SAMPLES = 64       # images the channel means of mean replacement average over
+
+
+def _measured_choice(backend: PruningBackend, sections: List[Section], groups_of: Dict[str, List[np.ndarray]],
+                     scores_of: Dict[str, np.ndarray], sizes: List[np.ndarray], count: WeightsCount,
+                     target_params: float, means: Dict[str, np.ndarray]) -> Tuple[List[int], Dict[float, float]]:
+    """(groups kept per section, {least-kept share: measured relative output error})."""
+    candidates: Dict[float, List[int]] = {}
+    for share in LEAST_KEPT_SHARES:
+        least = [int(np.ceil(share * len(groups_of[s.entry]))) for s in sections]
+        try:
+            kept = greedy_kept_groups([scores_of[s.entry] for s in sections], sizes, count, target_params, least)
+        except UnreachableTarget:
+            continue
+        if kept not in candidates.values():
+            candidates[share] = kept
+    if len(candidates) == 1:
+        return next(iter(candidates.values())), {}
+    reference = backend.adapter.build(backend.graph, quantized=False)
+    models = []
+    for kept in candidates.values():
+        graph = copy.deepcopy(backend.graph)
+        channels = [int(sum(sizes[i][:k])) for i, k in enumerate(kept)]
+        masks = {}
+        for section, n_kept in zip(sections, kept):
+            mask = np.zeros(section.channels)
+            mask[np.concatenate(groups_of[section.entry][:n_kept])] = 1
+            masks[PrunedLayer(section.entry)] = mask
+        _apply(graph, backend.adapter, sections, channels, masks, means, log_it=False)
+        models.append(backend.adapter.build(graph, quantized=False))
+    errors = backend.adapter.relative_output_errors(reference, models, backend.data, MEASURED_SAMPLES)
+    measured = dict(zip(candidates, (float(e) for e in errors)))
+    best = min(measured, key=measured.__getitem__)
+    log.info("pruning choices measured (least share of each layer kept: relative output error): %s; taken: %s",
+             ", ".join(f"{k:.0%}: {v:.3g}" for k, v in measured.items()), f"{best:.0%}")
+    return candidates[best], measured
+
+
+def _apply(graph: Graph, adapter: Any, sections: List[Section], kept_channels: List[int],
+           masks: Dict[Any, np.ndarray], means: Dict[str, np.ndarray], log_it: bool) -> None:
+    """Remove the masked-out channels from ``graph``; ``means``: the exit inputs' channel means on the unpruned
+    model (mean replacement; empty: none)."""
+    pruned = [i for i, s in enumerate(sections) if kept_channels[i] < s.channels]
+    compensated: List[str] = []
+    uncompensated: List[str] = []
+    for i in pruned:
+        section = sections[i]
+        kept = np.flatnonzero(masks[PrunedLayer(section.entry)])
+        shift = None
+        if section.exit_input in means:
+            shift = removed_inputs_shift(graph, adapter, section, kept, means[section.exit_input])
+            shift, folded = _fold_into_batch_norm(graph, adapter, section, shift)
+            (compensated if folded or shift is not None else uncompensated).append(section.exit)
+        prune_section(graph, adapter, section, kept, shift)
+    if compensated and log_it:
+        log.info("the removed channels' mean contributions were folded into the biases (or the following batch "
+                 "norms) of %s; PruningConfig(mean_replacement=False) drops them, as MCT", ", ".join(compensated))
+    if uncompensated and log_it:
+        log.info("no bias or batch norm to fold the removed channels' mean contribution into: %s",
+                 ", ".join(uncompensated))
 
 
 def _fold_into_batch_norm(graph: Graph, adapter: Any, section: Section,
@@ -160,11 +212,21 @@ def _fold_into_batch_norm(graph: Graph, adapter: Any, section: Section,
     return None, True
 
 
+def _first_samples(data: Any, n: int) -> Any:
+    """The representative batches until ``n`` samples are given (whole batches)."""
+    given = 0
+    for batch in data:
+        if given >= n:
+            return
+        yield batch
+        given += len(batch[0])
+
+
 def _exit_input_means(backend: PruningBackend, sections: List[Section]) -> Dict[str, np.ndarray]:
     """Per section, the mean of each channel (or feature) the exit layer reads, over the representative data."""
     statistics = {s.exit_input: TensorStatistics(channel_axis=s.exit_axis, per_channel=True) for s in sections}
     if statistics:
-        backend.adapter.collect_statistics(backend.graph, statistics, backend.data)
+        backend.adapter.collect_statistics(backend.graph, statistics, _first_samples(backend.data, MEAN_SAMPLES))
     return {name: stats.channel_mean for name, stats in statistics.items()}
 
 

@@ -108,14 +108,16 @@ class UnreachableTarget(ValueError):
 
 
 def greedy_kept_groups(group_scores: Sequence[np.ndarray], group_sizes: Sequence[np.ndarray], count: WeightsCount,
-                       target_params: float) -> List[int]:
+                       target_params: float, least_kept: Optional[Sequence[int]] = None) -> List[int]:
     """How many groups each section keeps (its most important first). The group that costs least importance per
     weight it saves goes first, until at most ``target_params`` weights are left; then removed groups that fit
-    again are put back, most important per weight first. Every section keeps its first group. Raises
-    UnreachableTarget (with the smallest reachable count) when the target cannot be met."""
+    again are put back, most important per weight first. Every section keeps its first group, or
+    ``least_kept[s]`` groups. Raises UnreachableTarget (with the smallest reachable count) when the target cannot
+    be met."""
     n_groups = [len(g) for g in group_scores]
+    least = [max(1, min(n, int(k))) for n, k in zip(n_groups, least_kept or [1] * len(n_groups))]
     channels = [np.concatenate([[0], np.cumsum(sizes)]).astype(int) for sizes in group_sizes]  # kept groups -> channels
-    floor = count.total([c[1] for c in channels])
+    floor = count.total([c[k] for c, k in zip(channels, least)])
     if floor > target_params:
         raise UnreachableTarget(floor)
     kept = list(n_groups)
@@ -125,7 +127,7 @@ def greedy_kept_groups(group_scores: Sequence[np.ndarray], group_sizes: Sequence
     while left > target_params:
         best: Optional[Tuple[float, int, float]] = None
         for s in range(len(kept)):
-            if kept[s] <= 1:
+            if kept[s] <= least[s]:
                 continue
             saved = count.saving(kept_channels, s, channels[s][kept[s] - 1])
             if saved <= 0:
