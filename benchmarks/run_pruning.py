@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -97,8 +98,17 @@ def weights_memory(case: str) -> float:
 def run_keras_case(case: str) -> dict:
     """hwquant's Keras path (the Keras Fashion CNN with the PyTorch model's trained weights): pruning, accuracy,
     one epoch of Keras fit, PTQ."""
+    name, ratio = case.split(":")
+    row = {"tool": "hwquant (Keras)", "model": name, "ratio": float(ratio)}
+    try:
+        _run_keras_case(case, row)
+    except Exception as e:
+        row["error"] = f"{type(e).__name__}: {e}"[:160]
+    return row
+
+
+def _run_keras_case(case: str, row: dict) -> None:
     import keras
-    import numpy as np
 
     import hwquant as mct
     from benchmarks.keras_models import keras_fashion_model
@@ -114,8 +124,8 @@ def run_keras_case(case: str) -> dict:
     _, info = mct.pruning.keras_pruning_experimental(model, mct.core.ResourceUtilization(weights_memory=1e18),
                                                      lambda: iter([[b] for b in batches]))
     memory = float(info.weights_memory_before)
-    row = {"tool": "hwquant (Keras)", "model": name, "ratio": float(ratio), "params_before": int(model.count_params()),
-           "float": evaluate(model), "target_bytes": memory * float(ratio), "memory_before": memory}
+    row.update(params_before=int(model.count_params()), float=evaluate(model), target_bytes=memory * float(ratio),
+               memory_before=memory)
     start = time.perf_counter()
     pruned, info = mct.pruning.keras_pruning_experimental(
         model, mct.core.ResourceUtilization(weights_memory=memory * float(ratio)), lambda: iter([[b] for b in batches]))
@@ -132,7 +142,6 @@ def run_keras_case(case: str) -> dict:
     quantized, _ = mct.ptq.keras_post_training_quantization(pruned, lambda: iter([[b] for b in batches]))
     row["ptq_s"] = time.perf_counter() - start
     row["quantized"] = evaluate(quantized)
-    return row
 
 
 def run_case(tool: str, case: str, memory: float) -> dict:
@@ -181,6 +190,40 @@ def _run_case(tool: str, case: str, memory: float, row: dict) -> None:
     row["quantized"] = evaluate(quantized)
 
 
+def dump_scores(tool: str, path: Path) -> None:
+    """Each layer's per-channel LFH scores on MobileNetV2 (32 images, batch of one), from a met target's run
+    (hwquant) or a pruning run (MCT: its info holds the scores), to compare the two rankings."""
+    torch.set_num_threads(2)
+    if tool == "mct":
+        from benchmarks.peer_mct import import_mct
+        mct = import_mct()
+    else:
+        import hwquant as mct
+    target = 14294400 * 0.5
+    model, batches, _, _ = load("mobilenet_v2")
+    start = time.perf_counter()
+    _, info = mct.pruning.pytorch_pruning_experimental(model, mct.core.ResourceUtilization(weights_memory=target),
+                                                       lambda: iter([[b] for b in batches]))
+    seconds = time.perf_counter() - start
+    np.savez(path, seconds=seconds, **{str(getattr(k, "name", k)): v for k, v in info.importance_scores.items()})
+
+
+def score_agreement(hw: dict, peer: dict) -> dict:
+    """Per layer both scored, Spearman's rank correlation of the per-channel scores (groups of 32 share a score,
+    so ties are many), and the share of channels both put in the same half."""
+    from scipy.stats import spearmanr
+    hw, peer = ({k.replace(".", "_"): v for k, v in d.items()} for d in (hw, peer))  # MCT names 'features.18.0'
+    out = {}
+    for name in sorted(set(hw) & set(peer)):
+        a, b = hw[name], peer[name]
+        if a.shape != b.shape or a.size < 2 or name == "seconds":
+            continue
+        rho = spearmanr(a, b).statistic
+        top_a, top_b = a >= np.median(a), b >= np.median(b)
+        out[name] = {"spearman": float(rho), "same_half": float((top_a == top_b).mean())}
+    return out
+
+
 def _figure(r: dict, stage: str) -> str:
     m = r.get(stage) or {}
     if "accuracy" in m:
@@ -197,6 +240,8 @@ def markdown(rows: list, note: str) -> str:
              "settings.", "",
              "| model | target | tool | params before -> after | pruning s | float | pruned | fine-tuned | + PTQ |",
              "|---|---|---|---|---|---|---|---|---|"]
+    agreement = next((r for r in rows if "scores" in r), None)
+    rows = [r for r in rows if "scores" not in r]
     for r in rows:
         if "error" in r and "prune_s" not in r:
             lines.append(f"| {r['model']} | {r['ratio']:.0%} | {r['tool']} | | | | refused: {r['error']} | | |")
@@ -219,6 +264,15 @@ def markdown(rows: list, note: str) -> str:
               if "prune_s" in c.get("mct", {}) and "prune_s" in c.get("hwquant", {})]
     if ratios:
         lines += ["", f"Pruning time, MCT / hwquant, per case: {', '.join(f'{x:.1f}x' for x in ratios)}."]
+    if agreement:
+        ranked = {k: v for k, v in agreement["scores"].items() if np.isfinite(v["spearman"])}  # (one group: no rank)
+        rho = [v["spearman"] for v in ranked.values()]
+        half = [v["same_half"] for v in ranked.values()]
+        lines += ["", f"LFH ranking against MCT's, MobileNetV2 (the layers both score with more than one SIMD group: "
+                  f"{', '.join(ranked)}; 32 images): Spearman rank correlation of the per-channel scores "
+                  f"{', '.join(f'{r:.2f}' for r in rho)}; channels both put in the same half: "
+                  f"{', '.join(f'{100 * h:.0f} %' for h in half)}. Time to score and "
+                  f"choose: hwquant {agreement['seconds']['hwquant']:.1f} s, MCT {agreement['seconds']['mct']:.1f} s."]
     return "\n".join(lines)
 
 
@@ -226,19 +280,28 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tool", choices=["hwquant", "mct", "both"], default="both")
     ap.add_argument("--cases", nargs="*", default=CASES)
-    ap.add_argument("--keras-cases", nargs="*", default=["plain_cnn:0.5", "mobile_cnn:0.5"])
+    ap.add_argument("--keras-cases", nargs="*", default=["plain_cnn:0.75", "mobile_cnn:0.5"])
     ap.add_argument("--json", type=Path, default=OUT)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--mct-timeout", type=int, default=1800)
+    ap.add_argument("--dump-scores", type=Path, help="with --tool: write MobileNetV2's LFH scores there, nothing else")
+    ap.add_argument("--no-scores", action="store_true", help="skip the LFH ranking comparison")
     ap.add_argument("--memory", type=float, help="the model's weights memory, bytes (with --tool hwquant / mct)")
+    ap.add_argument("--resume-log", type=Path, help="take the PyTorch rows from an interrupted run's printed log")
+    ap.add_argument("--scores-only", action="store_true",
+                    help="add the LFH ranking comparison to the last run's JSON and write the section again")
     args = ap.parse_args(argv)
+    if args.tool != "both" and args.dump_scores:
+        dump_scores(args.tool, args.dump_scores)
+        return
     if args.tool != "both":
         rows = [run_case(args.tool, c, args.memory) for c in args.cases]
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1))
         return
-    rows = []
-    for case in args.cases:
+    rows = [json.loads(line) for line in args.resume_log.read_text().splitlines() if line.startswith("{")] \
+        if args.resume_log else []
+    for case in ([] if args.scores_only or args.resume_log else args.cases):
         memory = weights_memory(case)
         rows.append(run_case("hwquant", case, memory))
         print(json.dumps(rows[-1]), flush=True)
@@ -252,8 +315,19 @@ def main(argv=None) -> None:
             rows.append({"tool": "mct", "model": name, "ratio": float(ratio),
                          "error": f"over {args.mct_timeout} s, stopped"})
         print(json.dumps(rows[-1]), flush=True)
-    for case in args.keras_cases:
+    for case in ([] if args.scores_only else args.keras_cases):
         rows.append(run_keras_case(case))
+        print(json.dumps(rows[-1]), flush=True)
+    if args.scores_only:
+        rows = [r for r in json.loads(OUT.read_text()) if "scores" not in r]
+    if not args.no_scores:
+        paths = {t: OUT.with_name(f"pruning_scores_{t}.npz") for t in ("hwquant", "mct")}
+        dump_scores("hwquant", paths["hwquant"])
+        subprocess.run([str(ROOT / ".venv-mct/bin/python"), __file__, "--tool", "mct", "--dump-scores",
+                        str(paths["mct"])], check=True, timeout=args.mct_timeout, cwd=ROOT)
+        hw, peer = (dict(np.load(paths[t])) for t in ("hwquant", "mct"))
+        rows.append({"scores": score_agreement(hw, peer), "seconds": {"hwquant": float(hw["seconds"]),
+                                                                      "mct": float(peer["seconds"])}})
         print(json.dumps(rows[-1]), flush=True)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(rows, indent=1))

@@ -72,6 +72,24 @@ def test_lfh_prunes_in_simd_groups_with_batch_norms(kit):
     assert kit.run(quantized, x).shape == _out(kit, model, x).shape
 
 
+def test_a_global_pooling_head_is_prunable(kit):
+    """conv -> global average pooling -> dense (Keras' pooling drops the spatial axes, PyTorch's keeps them and a
+    flatten follows): the convolution's channels are the dense layer's inputs."""
+    if kit.name == "keras":
+        keras = kit.keras
+        x = inp = keras.Input((8, 8, 3))
+        x = keras.layers.ReLU()(keras.layers.Conv2D(16, 3, padding="same")(x))
+        model = keras.Model(inp, keras.layers.Dense(5)(keras.layers.GlobalAveragePooling2D()(x)))
+    else:
+        nn = kit.nn
+        model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                              nn.Linear(16, 5)).eval()
+    batches = kit.batches(IN_SHAPE, n=1, batch=4)
+    pruned, info = kit.prune(model, batches, 4 * (kit.params(model) - 4 * (28 + 5)), **TFLITE)
+    assert [int(m.sum()) for m in info.pruning_masks.values()] == [12] and not info.kept_whole.get("conv2d")
+    assert kit.run(pruned, batches[0][0]).shape == (4, 5)
+
+
 def test_lfh_scores_a_dead_channel_lowest(kit):
     model = kit.model(IN_SHAPE, [("conv", 8, 3, False), ("relu",), ("conv", 8, 3), ("relu",), ("conv", 4, 1)])
     kit.zero_channels(model, 0, [3])

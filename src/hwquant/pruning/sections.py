@@ -140,6 +140,12 @@ def _follow(graph: Graph, adapter: Any, entry: Node) -> Tuple[Optional[Section],
             section.channel_wise.append(reader.name)
             current = reader
             continue
+        if _is_channel_wise(reader, adapter) and not reader.weights and rank > 2 and _rank(reader) == 2 \
+                and reader.output_shape[1] == current.output_shape[axis]:  # a global pooling: (batch, channels)
+            axis, rank = 1, 2
+            section.channel_wise.append(reader.name)
+            current = reader
+            continue
         if not _is_channel_wise(reader, adapter) or _rank(reader) != rank:
             return None, f"'{reader.name}' ({getattr(reader.type, '__name__', reader.type)}) does not act per channel"
         if reader.weights and not _keeps_channels(reader, adapter):
