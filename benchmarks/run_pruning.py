@@ -273,7 +273,8 @@ def markdown(rows: list, note: str) -> str:
               "where hwquant prunes 20. MCT's pruned MobileNetV2 fails in MCT's own PTQ, as the table shows. hwquant "
               "refuses plain_cnn at 50 % because its smallest reachable model is 52 %: the 10-class classifier "
               "counts 32 padded outputs. hwquant keeps the removed channels' mean contribution (mean replacement), so "
-              "the 'pruned' column starts higher; the same choice without it is "in the JSON ('pruned_without_mean_replacement'). The MobileNetV2 fine-tune (2 epochs over 192 crops) is "
+              "the 'pruned' column starts higher; the same choice without it is in the JSON "
+              "('pruned_without_mean_replacement'). The MobileNetV2 fine-tune (2 epochs over 192 crops) is "
               "far too short to recover a pruned ImageNet model: ImageNet is not here."]
     if agreement:
         ranked = {k: v for k, v in agreement["scores"].items() if np.isfinite(v["spearman"])}  # (one group: no rank)
