@@ -225,3 +225,24 @@ def test_export_and_onnx_runtime_inference(mse_model, representative_data_gen, b
     loaded = torch.jit.load(str(tmp_path / "fq.pt"))
     with torch.no_grad():
         assert torch.equal(loaded(batches[0]), mse_model(batches[0]))
+
+
+def test_structured_pruning_then_ptq(float_model, representative_data_gen, batches):
+    """MCT's pruning flow (its facade's documented example): half the float32 weights memory, one score
+    approximation, then PTQ of the pruned model."""
+    dense_nparams = sum(p.numel() for p in float_model.parameters())
+    target_resource_utilization = mct.core.ResourceUtilization(weights_memory=dense_nparams * 4 * 0.5)
+    pruning_config = mct.pruning.PruningConfig(num_score_approximations=1)
+    pruned_model, pruning_info = mct.pruning.pytorch_pruning_experimental(
+        model=float_model, target_resource_utilization=target_resource_utilization,
+        representative_data_gen=representative_data_gen, pruning_config=pruning_config)
+    pruned_nparams = sum(p.numel() for p in pruned_model.parameters())
+    assert pruned_nparams * 4 <= pruning_info.weights_memory_after <= dense_nparams * 4 * 0.5
+    for node, mask in pruning_info.pruning_masks.items():  # MCT's keys are nodes: their .name works too
+        assert node.name in pruning_info.importance_scores and len(mask) == len(pruning_info.importance_scores[node])
+    assert any(m.sum() < len(m) for m in pruning_info.pruning_masks.values())
+    with torch.no_grad():
+        assert pruned_model(batches[0]).shape == float_model(batches[0]).shape
+    quantized, _ = _ptq(pruned_model, representative_data_gen)
+    with torch.no_grad():
+        assert torch.isfinite(quantized(batches[0])).all()
