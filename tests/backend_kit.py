@@ -121,6 +121,7 @@ class TorchKit(_Kit):
             else:
                 # the factory is called at once: no stale loop variable
                 layers.append({"bn": lambda: nn.BatchNorm2d(channels), "relu": nn.ReLU, "silu": nn.SiLU,  # noqa: B023
+                               "prelu": lambda: nn.PReLU(channels, init=0.1),  # noqa: B023
                                "hswish": nn.Hardswish}[kind]())
         model = nn.Sequential(*layers).eval()
         with torch.no_grad():
@@ -212,6 +213,7 @@ class KerasKit(_Kit):
                                 rng.uniform(0.5, 2.0, c)])
             else:
                 x = {"relu": L.ReLU, "silu": lambda: L.Activation("silu"),
+                     "prelu": lambda: L.PReLU(keras.initializers.Constant(0.1), shared_axes=[1, 2]),
                      "hswish": lambda: L.Activation("hard_silu")}[kind]()(x)
         return keras.Model(inp, x)
 

@@ -90,6 +90,21 @@ def test_a_global_pooling_head_is_prunable(kit):
     assert kit.run(pruned, batches[0][0]).shape == (4, 5)
 
 
+@pytest.mark.parametrize("tpc", ["tflite", "qnnpack"])
+def test_prelu_sections_whatever_the_tpc_defines(kit, tpc):
+    """PReLU's per-channel slopes lose the same channels (MTCNN's nets); what kind of layer it is comes from the
+    framework, not from the TPC (TFLite's defines no PReLU operator set)."""
+    model = kit.model(IN_SHAPE, [("conv", 8, 3, False), ("prelu",), ("conv", 6, 3, False), ("prelu",), ("conv", 4, 1)])
+    kit.zero_channels(model, 0, [1, 5])
+    batches = kit.batches(IN_SHAPE, n=1, batch=4)
+    pruned, info = kit.prune(model, batches, 4 * (kit.params(model) - 2 * (27 + 1 + 54)), pruning_config=PruningConfig(
+        importance_metric=ImportanceMetric.MAGNITUDE), target_platform_capabilities=mct.get_target_platform_capabilities(
+            "pytorch", tpc))
+    assert [int(m.sum()) for m in info.pruning_masks.values()] == [6, 6]
+    x = batches[0][0]
+    np.testing.assert_allclose(_out(kit, pruned, x), _out(kit, model, x), rtol=1e-5, atol=1e-5)
+
+
 def test_lfh_scores_a_dead_channel_lowest(kit):
     model = kit.model(IN_SHAPE, [("conv", 8, 3, False), ("relu",), ("conv", 8, 3), ("relu",), ("conv", 4, 1)])
     kit.zero_channels(model, 0, [3])

@@ -104,6 +104,10 @@ class CorrectionFacts(Protocol):
         geometry (None: the node's own, with in/out channels taken from the kernel); updates the
         node's weights, call target and framework attributes."""
 
+    def operator_set(self, node: Node) -> Optional[str]:
+        """The operator set (OperatorSetNames value) the framework's own table puts the node in, whatever the TPC
+        defines: what kind of operation it is (structured pruning's channel-wise layers)."""
+
     def is_flatten(self, node: Node) -> bool:
         """A flatten in the framework's own order (row-major over the axes it flattens)."""
 

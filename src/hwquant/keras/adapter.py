@@ -19,8 +19,9 @@ from hwquant.core.config import DefaultDict
 from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.tpc.attachment import whole_table
 from hwquant.core.statistics import summarize
-from hwquant.keras.attach import attach_tpc
+from hwquant.keras.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.correction_facts import _CONVS, _DEPTHWISE, _TRANSPOSED, KERNEL_LAYERS, KerasCorrectionFacts
 
@@ -57,6 +58,9 @@ def _einsum_kernel_axes(equation: str) -> Optional[Tuple[int, int]]:
     if not source or not output or output[-1] not in kernel or source[-1] not in kernel:
         return None
     return kernel.index(output[-1]), kernel.index(source[-1])
+
+
+_WHOLE_TABLE = whole_table(OPSET_TO_LAYERS)  # what kind of operation a layer is, whatever the TPC
 
 
 class KerasAdapter(KerasCorrectionFacts):
@@ -98,6 +102,10 @@ class KerasAdapter(KerasCorrectionFacts):
         if issubclass(node.type, L.Embedding):  # (tokens, dims): a dims-wide one-hot product
             return {"embeddings": 1} if "embeddings" in node.weights else {}
         return {}
+
+    def operator_set(self, node: Node) -> Optional[str]:
+        entry = _WHOLE_TABLE.find(node.type, node.framework_attr) if node.kind != NodeKind.INPUT else None
+        return entry.name if entry else None
 
     def batch_norm_params(self, node: Node) -> Optional[BatchNormParams]:
         if node.kind != NodeKind.MODULE or node.type is not L.BatchNormalization:

@@ -60,7 +60,7 @@ def is_depthwise(node: Node, adapter: Any) -> bool:
 
 def _is_channel_wise(node: Node, adapter: Any) -> bool:
     return adapter.batch_norm_params(node) is not None or is_depthwise(node, adapter) \
-        or adapter.activation_info(node) is not None or node.opset in CHANNEL_WISE_OPSETS \
+        or adapter.activation_info(node) is not None or adapter.operator_set(node) in CHANNEL_WISE_OPSETS \
         or adapter.commutes_with_channel_scale(node)
 
 
@@ -68,7 +68,7 @@ def _keeps_channels(node: Node, adapter: Any) -> bool:
     """A channel-wise layer with weights whose channels the rebuild can remove (adapter.keep_channels or,
     for a depthwise convolution, set_linear_layer)."""
     return adapter.batch_norm_params(node) is not None or is_depthwise(node, adapter) \
-        or node.opset == OperatorSetNames.PRELU.value
+        or adapter.operator_set(node) == OperatorSetNames.PRELU.value
 
 
 def _rank(node: Node) -> Optional[int]:

@@ -13,7 +13,8 @@ from hwquant.core.config import DefaultDict
 from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.torch.attach import attach_tpc
+from hwquant.tpc.attachment import whole_table
+from hwquant.torch.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
 from hwquant.torch.correction_facts import _CONVS, _TRANSPOSED, PytorchCorrectionFacts  # graph-correction facts (core/passes)
 from hwquant.torch.data import RepresentativeDataError
@@ -49,6 +50,9 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
 )
 
 
+_WHOLE_TABLE = whole_table(OPSET_TO_LAYERS)  # what kind of operation a layer is, whatever the TPC
+
+
 class PytorchAdapter(PytorchCorrectionFacts):
     name = "pytorch"
     activation_channel_axis = 1  # channels first
@@ -59,6 +63,10 @@ class PytorchAdapter(PytorchCorrectionFacts):
 
     def attach(self, tpc: Any, custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> Any:
         return attach_tpc(tpc, custom_opset_to_layer)
+
+    def operator_set(self, node: Node) -> Optional[str]:
+        entry = _WHOLE_TABLE.find(node.type, node.framework_attr) if node.kind != NodeKind.INPUT else None
+        return entry.name if entry else None
 
     def batch_norm_params(self, node: Node) -> Optional[BatchNormParams]:
         if node.kind != NodeKind.MODULE or not issubclass(node.type, _BATCH_NORMS):

@@ -212,3 +212,9 @@ def attach_with_table(tpc: Any, table: Dict[str, List[Any]], attr_mapping: Dict[
         raise InvalidTPCError(f"custom_tpc_opset_to_layer names operator set(s) {unknown_custom} that TPC "
                               f"'{fqc.tpc.name}' does not define")
     return fqc
+
+
+def whole_table(table: Dict[str, List[Any]]) -> OperationsToLayers:
+    """A framework's whole table {operator set: layers} as attachments, whatever a TPC defines (to tell what
+    kind of operation a layer is)."""
+    return OperationsToLayers([OperationsSetToLayers(name, layers) for name, layers in table.items() if layers])
