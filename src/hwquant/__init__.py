@@ -6,7 +6,7 @@
 
 The public namespaces mirror the documented Model Compression Toolkit API.
 """
-from hwquant import (constants, core, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
+from hwquant import (constants, core, data_generation, exporter, gptq, ptq, qat, target_platform,  # noqa: F401,E402
                      pruning, target_platform_capabilities, trainable_infrastructure, wrapper, xquant)
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)
