@@ -36,3 +36,39 @@ def test_config_is_validated_when_built():
         kwargs[field] = value
         with pytest.raises(InvalidConfigError, match=rule):
             DataGenerationConfig(**kwargs)
+
+
+def test_learning_rate_schedules():
+    from hwquant.data_generation.schedule import LearningRateSchedule
+    step = LearningRateSchedule(SchedulerType.STEP, 1.0, n_iter=9)
+    assert [round(step.step(0.0), 6) for _ in range(9)] == [1.0, 1.0, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.001]
+    # patience n_iter / 50 = 2: the third step without improvement halves the rate
+    plateau = LearningRateSchedule(SchedulerType.REDUCE_ON_PLATEAU, 16.0, n_iter=100)
+    rates = [plateau.step(loss) for loss in (5.0, 4.0, 4.0, 4.0, 4.0, 3.0, 3.0, 3.0, 3.0)]
+    assert rates == [16.0, 16.0, 16.0, 16.0, 8.0, 8.0, 8.0, 8.0, 4.0]
+    # with reset, the best loss is forgotten after a reduction: a higher plateau is judged on its own
+    reset = LearningRateSchedule(SchedulerType.REDUCE_ON_PLATEAU_WITH_RESET, 16.0, n_iter=100)
+    rates = [reset.step(loss) for loss in (4.0, 4.0, 4.0, 4.0, 5.0, 4.5, 4.5, 4.5, 4.5)]
+    assert rates == [16.0, 16.0, 16.0, 8.0, 8.0, 8.0, 8.0, 8.0, 4.0]
+    floor = LearningRateSchedule(SchedulerType.REDUCE_ON_PLATEAU, 2e-4, n_iter=50)  # patience 1
+    assert [floor.step(1.0) for _ in range(5)][-1] == 1e-4
+
+
+def test_losses_by_mcts_formulas():
+    import numpy as np
+
+    from hwquant.data_generation import losses
+    ops = losses.NumpyOps()
+    rng = np.random.default_rng(0)
+    x = rng.normal(2.0, 3.0, (64, 4, 8, 8)).astype(np.float32)  # channels first
+    mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
+    assert abs(losses.bn_alignment(ops, x, 1, mean, var)) < 1e-8  # the input already has the stored statistics
+    # a shift of 1 in every channel's mean: squared distance 4 over 4 channels
+    assert np.isclose(losses.bn_alignment(ops, x, 1, mean + 1.0, var), 1.0, atol=1e-5)
+    assert np.isclose(losses.bn_alignment(ops, np.moveaxis(x, 1, -1), -1, mean + 1.0, var), 1.0, atol=1e-5)
+    assert losses.layer_weights(BNLayerWeightingType.AVERAGE, ["a", "b"]) == {"a": 0.5, "b": 0.5}
+    assert losses.layer_weights(BNLayerWeightingType.FIRST_LAYER_MULTIPLIER, ["a", "b"]) == {"a": 10.0, "b": 1.0}
+    out = np.array([[0.0, 2.0, 1.0], [1.0, 5.0, 3.0]])
+    assert losses.output_loss(ops, OutputLossType.NEGATIVE_MIN_MAX_DIFF, [out]) == -3.0
+    assert np.isclose(losses.output_loss(ops, OutputLossType.INVERSE_MIN_MAX_DIFF, [out]), 1 / 3.0, atol=1e-5)
+    assert losses.output_loss(ops, OutputLossType.NONE, [out]) == 0.0
