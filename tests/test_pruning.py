@@ -150,3 +150,45 @@ def test_bad_arguments(kit):
         prune(model, mct.core.ResourceUtilization(activation_memory=10), data)
     with pytest.raises(InvalidConfigError, match="PruningConfig"):
         prune(model, mct.core.ResourceUtilization(weights_memory=10), data, pruning_config={"num": 3})
+
+
+@pytest.mark.parametrize("flatten", ["view_size", "reshape", "view_constant"])
+def test_pytorch_flatten_idioms(flatten):
+    """x.view(x.size(0), -1) and x.reshape(x.shape[0], -1) are flattens (the feature count is left to -1); a view
+    to a fixed feature count would break once channels are removed, so its layer is kept whole and said."""
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2, self.fc = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.Conv2d(8, 6, 3, padding=1), \
+                nn.Linear(6 * 64, 4)
+
+        def forward(self, x):
+            x = torch.relu(self.c2(torch.relu(self.c1(x))))
+            if flatten == "view_size":
+                return self.fc(x.view(x.size(0), -1))
+            if flatten == "reshape":
+                return self.fc(x.reshape(x.shape[0], -1))
+            return self.fc(x.view(-1, 6 * 64))
+
+    model = Net().eval()
+    with torch.no_grad():
+        model.c2.weight[[0, 3]] = 0.0
+        model.c2.bias[[0, 3]] = -1.0  # dead after the ReLU: removing them is exact
+    x = torch.randn(4, 3, 8, 8)
+    before = sum(p.numel() for p in model.parameters())
+    target = 4 * (before - 2 * (72 + 1 + 64 * 4))
+    if flatten == "view_constant":
+        with pytest.raises(InvalidConfigError, match="cannot be reached"):
+            mct.pruning.pytorch_pruning_experimental(model, mct.core.ResourceUtilization(weights_memory=target),
+                                                     lambda: iter([[x]]), PruningConfig(
+                                                         importance_metric=ImportanceMetric.MAGNITUDE), **TFLITE)
+        return
+    pruned, info = mct.pruning.pytorch_pruning_experimental(
+        model, mct.core.ResourceUtilization(weights_memory=target), lambda: iter([[x]]),
+        PruningConfig(importance_metric=ImportanceMetric.MAGNITUDE), **TFLITE)
+    assert int(info.pruning_masks["c2"].sum()) == 4
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(x), model(x), rtol=1e-5, atol=1e-5)

@@ -25,6 +25,9 @@ CHANNEL_WISE_OPSETS = tuple(o.value for o in (
     OperatorSetNames.DROPOUT, OperatorSetNames.MAXPOOL, OperatorSetNames.AVGPOOL))
 
 
+SHAPE_READS = (OperatorSetNames.SIZE.value, OperatorSetNames.SHAPE.value)
+
+
 @dataclass
 class Section:
     entry: str                                   # its output channels are removed
@@ -62,6 +65,14 @@ def _is_channel_wise(node: Node, adapter: Any) -> bool:
     return adapter.batch_norm_params(node) is not None or is_depthwise(node, adapter) \
         or adapter.activation_info(node) is not None or adapter.operator_set(node) in CHANNEL_WISE_OPSETS \
         or adapter.commutes_with_channel_scale(node)
+
+
+def _from_shapes(graph: Graph, adapter: Any, name: str) -> bool:
+    """Whether a tensor holds only shape figures (x.size(0), x.shape[0] and what is computed from them)."""
+    node = graph.node(name)
+    if adapter.operator_set(node) in SHAPE_READS:
+        return True
+    return bool(node.inputs) and not node.weights and all(_from_shapes(graph, adapter, i) for i in node.inputs)
 
 
 def _keeps_channels(node: Node, adapter: Any) -> bool:
@@ -127,11 +138,15 @@ def _follow(graph: Graph, adapter: Any, entry: Node) -> Tuple[Optional[Section],
     while True:
         if graph.is_output(current):
             return None, f"'{current.name}' is a model output: its channels are kept"
-        readers = graph.successors(current)
+        # (a read of the tensor's shape, x.size(0) for a view, uses no channel's values)
+        shape_reads = [r for r in graph.successors(current) if adapter.operator_set(r) in SHAPE_READS]
+        readers = [r for r in graph.successors(current) if r not in shape_reads]
         if len(readers) != 1:
-            return None, f"'{current.name}' is read by {len(readers)} layers (a residual or branch ties its channels)"
+            names = ", ".join(f"'{r.name}'" for r in readers[:4])
+            return None, (f"'{current.name}' is read by {len(readers)} layers ({names}): a residual, a branch or a "
+                          "shape read ties its channels")
         reader = readers[0]
-        if reader.inputs != [current.name]:
+        if [i for i in reader.inputs if not _from_shapes(graph, adapter, i)] != [current.name]:
             return None, f"'{reader.name}' combines '{current.name}' with other tensors (add, concatenation...)"
         if is_kernel_layer(reader, adapter):
             return _close(section, reader, adapter, axis, rank)

@@ -14,6 +14,7 @@ from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.tpc.attachment import whole_table
+from hwquant.tpc.enums import OperatorSetNames
 from hwquant.torch.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.torch.builder import QuantizerFactory, build_module
 from hwquant.torch.correction_facts import _CONVS, _TRANSPOSED, PytorchCorrectionFacts  # graph-correction facts (core/passes)
@@ -65,6 +66,8 @@ class PytorchAdapter(PytorchCorrectionFacts):
         return attach_tpc(tpc, custom_opset_to_layer)
 
     def operator_set(self, node: Node) -> Optional[str]:
+        if node.call_target is getattr and node.call_args[1:] == ("shape",):  # x.shape, traced as getattr
+            return OperatorSetNames.SHAPE.value
         entry = _WHOLE_TABLE.find(node.type, node.framework_attr) if node.kind != NodeKind.INPUT else None
         return entry.name if entry else None
 

@@ -179,7 +179,15 @@ class PytorchCorrectionFacts:
     def is_flatten(self, node: Node) -> bool:
         if node.kind == NodeKind.MODULE:
             return isinstance(node.call_target, nn.Flatten)
-        return node.call_target is torch.flatten or (node.kind == NodeKind.METHOD and node.call_target == "flatten")
+        if node.call_target is torch.flatten or (node.kind == NodeKind.METHOD and node.call_target == "flatten"):
+            return True
+        # x.view(x.size(0), -1) / x.reshape(batch, -1): the features left to -1 (a fixed count would break when
+        # channels are removed)
+        if node.call_target in ("view", "reshape") or node.call_target is torch.reshape:
+            shape = node.call_args[1:]
+            shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+            return len(shape) == 2 and shape[1] == -1
+        return False
 
     def keep_channels(self, node: Node, kept: np.ndarray) -> None:
         layer = copy.deepcopy(node.call_target)
