@@ -56,6 +56,21 @@ class GenerationBackend(Protocol):
         """The generated images, one tensor per image (a batch of one), detached."""
 
 
+def check_request(n_images: Any, output_image_size: Any, config: Any) -> Tuple[int, int]:
+    """The facades' argument checks; the image size as (height, width)."""
+    if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:
+        raise InvalidConfigError(f"n_images must be an int >= 1, got {n_images!r}")
+    if not isinstance(config, DataGenerationConfig):
+        raise InvalidConfigError("data_generation_config must be a DataGenerationConfig (from get_pytorch_ / "
+                                 f"get_keras_data_generation_config()), got {type(config).__name__}")
+    pair = (output_image_size, output_image_size) if isinstance(output_image_size, int) else output_image_size
+    if not (isinstance(pair, (tuple, list)) and len(pair) == 2
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in pair)):
+        raise InvalidConfigError(f"output_image_size must be an int >= 1 or a pair (height, width) of them, got "
+                                 f"{output_image_size!r}")
+    return int(pair[0]), int(pair[1])
+
+
 def valid_range(config: DataGenerationConfig, channels: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
     """Each channel's valid range after the model's normalization (None: no clipping)."""
     if not config.image_clipping:

@@ -1,5 +1,5 @@
 """The losses of data generation, written once over a small set of tensor operations each framework gives
-(``ops``: mean / var over axes, amax / amin over an axis, sqrt, reshape; the rest is Python's arithmetic on the
+(``ops``: mean / var over axes, sum, amax / amin over an axis, sqrt, reshape; the rest is Python's arithmetic on the
 framework's tensors), so the same formulas run under torch's autograd and Keras' backends.
 
 - Batch-norm alignment (MCT's L2_SQUARE): for each batch-norm layer, the squared L2 distance between the
@@ -25,6 +25,8 @@ class TensorOps(Protocol):
 
     def var(self, x: Any, axes: Sequence[int]) -> Any: ...
 
+    def sum(self, x: Any) -> Any: ...
+
     def amax(self, x: Any, axis: int) -> Any: ...
 
     def amin(self, x: Any, axis: int) -> Any: ...
@@ -44,6 +46,9 @@ class NumpyOps:
 
     def var(self, x, axes):
         return np.var(x, axis=tuple(axes))
+
+    def sum(self, x):
+        return np.sum(x)
 
     def amax(self, x, axis):
         return np.max(x, axis=axis)
@@ -70,7 +75,7 @@ def bn_alignment(ops: TensorOps, x: Any, channel_axis: int, running_mean: np.nda
     target_std = ops.constant(np.sqrt(np.asarray(running_var, np.float32) + eps), std)
     channels = float(np.size(running_mean))
     d_mean, d_std = mean - target_mean, std - target_std
-    return (d_mean * d_mean).sum() / channels + (d_std * d_std).sum() / channels
+    return ops.sum(d_mean * d_mean) / channels + ops.sum(d_std * d_std) / channels
 
 
 def layer_weights(kind: BNLayerWeightingType, names: List[str]) -> Dict[str, float]:

@@ -14,7 +14,7 @@ from hwquant.data_generation.config import (DEFAULT_DATA_GEN_BS, DEFAULT_N_ITER,
                                             BatchNormAlignemntLossType, BNLayerWeightingType, DataGenerationConfig,
                                             DataInitType, ImageGranularity, ImageNormalizationType,
                                             ImagePipelineType, OutputLossType, SchedulerType)
-from hwquant.data_generation.generator import BatchNormTarget, generate
+from hwquant.data_generation.generator import BatchNormTarget, check_request, generate
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
@@ -27,6 +27,9 @@ class TorchOps:
 
     def var(self, x, axes):
         return x.var(dim=tuple(axes), unbiased=False)
+
+    def sum(self, x):
+        return x.sum()
 
     def amax(self, x, axis):
         return x.amax(dim=axis)
@@ -115,15 +118,6 @@ def get_pytorch_data_generation_config(
                                 extra_pixels, list(bn_layer_types), list(last_layer_types), image_clipping)
 
 
-def _size(output_image_size: Any) -> Tuple[int, int]:
-    pair = (output_image_size, output_image_size) if isinstance(output_image_size, int) else output_image_size
-    if not (isinstance(pair, (tuple, list)) and len(pair) == 2
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in pair)):
-        raise InvalidConfigError(f"output_image_size must be an int >= 1 or a pair (height, width) of them, got "
-                                 f"{output_image_size!r}")
-    return int(pair[0]), int(pair[1])
-
-
 def _input_channels(model: nn.Module) -> int:
     """The channels the model's first convolution reads (3 where it has none)."""
     first = next((m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
@@ -137,12 +131,8 @@ def pytorch_data_generation_experimental(model: nn.Module, n_images: int, output
     tensors, MCT's form): feed them as representative data."""
     if not isinstance(model, nn.Module):
         raise InvalidConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:
-        raise InvalidConfigError(f"n_images must be an int >= 1, got {n_images!r}")
-    if not isinstance(data_generation_config, DataGenerationConfig):
-        raise InvalidConfigError("data_generation_config must be a DataGenerationConfig (from "
-                                 f"get_pytorch_data_generation_config()), got {type(data_generation_config).__name__}")
-    size, channels = _size(output_image_size), _input_channels(model)
+    size = check_request(n_images, output_image_size, data_generation_config)
+    channels = _input_channels(model)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
         graph = capture(model.eval(), [torch.zeros(2, channels, *size, device=device)])
