@@ -17,6 +17,7 @@ from hwquant.data_generation.config import (DataGenerationConfig, DataInitType, 
                                             ImagePipelineType)
 from hwquant.data_generation.schedule import LearningRateSchedule
 from hwquant.errors import InvalidConfigError
+from hwquant.logger import progress
 
 log = logging.getLogger("hwquant.data_generation")
 
@@ -90,8 +91,7 @@ def initial_values(kind: DataInitType, shape: Tuple[int, ...], channel_axis: int
 
 
 def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_images: int, size: Tuple[int, int],
-             channels: int, config: DataGenerationConfig, seed: int = 0,
-             progress: Callable[[Any], Any] = lambda it: it) -> List[Any]:
+             channels: int, config: DataGenerationConfig, seed: int = 0) -> List[Any]:
     if not targets and config.output_loss_type.value == "none":
         raise InvalidConfigError("the model has no batch-norm layer to match and the output loss is NONE: nothing "
                                  "guides the images; set output_loss_type (e.g. OutputLossType.NEGATIVE_MIN_MAX_DIFF)")
@@ -103,13 +103,14 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
     low, high = valid_range(config, channels)
     images_out: List[Any] = []
     start = time.perf_counter()
-    for first in progress(range(0, n_images, config.data_gen_batch_size)):
+    n_batches = -(-n_images // config.data_gen_batch_size)
+    for batch, first in enumerate(range(0, n_images, config.data_gen_batch_size)):
         count = min(config.data_gen_batch_size, n_images - first)
         shape = (count, channels, *canvas) if backend.channel_axis == 1 else (count, *canvas, channels)
         images = backend.images(initial_values(config.data_init_type, shape, backend.channel_axis, rng))
         schedule = LearningRateSchedule(config.scheduler_type, config.initial_lr, config.n_iter)
         lr = config.initial_lr
-        for _ in range(config.n_iter):
+        for _ in progress(range(config.n_iter), f"data generation, batch {batch + 1}/{n_batches}"):
             flip = augment and bool(rng.integers(2))
             crop = (int(rng.integers(extra[0] + 1)), int(rng.integers(extra[1] + 1)))
 
