@@ -246,3 +246,21 @@ def test_structured_pruning_then_ptq(float_model, representative_data_gen, batch
     quantized, _ = _ptq(pruned_model, representative_data_gen)
     with torch.no_grad():
         assert torch.isfinite(quantized(batches[0])).all()
+
+
+def test_data_generation_then_ptq(float_model):
+    """MCT's data-generation flow: a configuration, images generated from the float model alone, those images as
+    the representative dataset of PTQ (a few iterations: the flow, not the images' quality, is checked here)."""
+    data_gen_config = mct.data_generation.get_pytorch_data_generation_config(
+        n_iter=3, data_gen_batch_size=4, extra_pixels=8)
+    generated_images = mct.data_generation.pytorch_data_generation_experimental(
+        model=float_model, n_images=8, output_image_size=64, data_generation_config=data_gen_config)
+    assert len(generated_images) == 8 and tuple(generated_images[0].shape) == (1, 3, 64, 64)
+
+    def representative_dataset_gen():
+        for i in range(0, len(generated_images), 4):
+            yield [torch.cat(generated_images[i:i + 4])]
+
+    quantized, _ = _ptq(float_model, representative_dataset_gen)
+    with torch.no_grad():
+        assert torch.isfinite(quantized(torch.cat(generated_images[:2]))).all()
