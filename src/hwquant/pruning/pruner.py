@@ -13,10 +13,10 @@ import numpy as np
 from hwquant.core.candidates import assign_candidates
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.graph import Graph
+from hwquant.core.statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.pruning import importance as imp
 from hwquant.pruning.config import ImportanceMetric, PruningConfig, PruningInfo, PrunedLayer
-from hwquant.core.statistics import TensorStatistics
 from hwquant.pruning.rebuild import prune_section, removed_inputs_shift
 from hwquant.pruning.sections import Section, prunable_sections
 from hwquant.pruning.selection import FLOAT32_BYTES, UnreachableTarget, WeightsCount, greedy_kept_groups, simd_groups
@@ -89,22 +89,13 @@ def prune(backend: PruningBackend, target: ResourceUtilization, config: PruningC
             f"{len(kept_whole)} layer(s) kept whole: {', '.join(list(kept_whole)[:5])}). Ask for at least that, "
             "or quantize the weights too (mixed precision)")
     groups_of, scores_of = _score(backend, sections, simd, config)
-    sizes = [np.array([len(g) for g in groups_of[s.entry]]) for s in sections]
-    # (the floor is checked above: the greedy choice cannot meet an unreachable target)
     means = _exit_input_means(backend, sections) if config.mean_replacement else {}
-    kept_groups, measured = _measured_choice(backend, sections, groups_of, scores_of, sizes, count,
+    kept_groups, measured = _measured_choice(backend, sections, groups_of, scores_of, count,
                                              target_bytes / FLOAT32_BYTES, means)
-    masks, scores = {}, {}
-    kept_channels = []
-    for section, n_kept in zip(sections, kept_groups):
-        groups = groups_of[section.entry]
-        kept = np.sort(np.concatenate(groups[:n_kept]))
-        kept_channels.append(len(kept))
-        mask = np.zeros(section.channels)
-        mask[kept] = 1
-        masks[PrunedLayer(section.entry)] = mask
-        scores[PrunedLayer(section.entry)] = imp.unroll(groups, scores_of[section.entry], section.channels)
-    _apply(graph, adapter, sections, kept_channels, masks, means, log_it=True)
+    masks = _masks(sections, groups_of, kept_groups)
+    scores = {PrunedLayer(s.entry): imp.unroll(groups_of[s.entry], scores_of[s.entry], s.channels) for s in sections}
+    _apply(graph, adapter, sections, masks, means, log_it=True)
+    kept_channels = [int(m.sum()) for m in masks.values()]
     after = count.total(kept_channels) * FLOAT32_BYTES
     _log_result(sections, kept_channels, before, after, target_bytes, kept_whole)
     return graph, PruningInfo(masks, scores, weights_memory_after=after, measured_output_errors=measured, **facts)
@@ -136,15 +127,16 @@ MEAN_SAMPLES = 64       # images the channel means of mean replacement average o
 
 
 def _measured_choice(backend: PruningBackend, sections: List[Section], groups_of: Dict[str, List[np.ndarray]],
-                     scores_of: Dict[str, np.ndarray], sizes: List[np.ndarray], count: WeightsCount,
+                     scores_of: Dict[str, np.ndarray], count: WeightsCount,
                      target_params: float, means: Dict[str, np.ndarray]) -> Tuple[List[int], Dict[float, float]]:
     """(groups kept per section, {least-kept share: measured relative output error})."""
+    sizes = [np.array([len(g) for g in groups_of[s.entry]]) for s in sections]
     candidates: Dict[float, List[int]] = {}
     for share in LEAST_KEPT_SHARES:
         least = [int(np.ceil(share * len(groups_of[s.entry]))) for s in sections]
         try:
             kept = greedy_kept_groups([scores_of[s.entry] for s in sections], sizes, count, target_params, least)
-        except UnreachableTarget:
+        except UnreachableTarget:  # (a share too large for the target; share 0 is reachable: prune checked the floor)
             continue
         if kept not in candidates.values():
             candidates[share] = kept
@@ -154,13 +146,7 @@ def _measured_choice(backend: PruningBackend, sections: List[Section], groups_of
     models = []
     for kept in candidates.values():
         graph = copy.deepcopy(backend.graph)
-        channels = [int(sum(sizes[i][:k])) for i, k in enumerate(kept)]
-        masks = {}
-        for section, n_kept in zip(sections, kept):
-            mask = np.zeros(section.channels)
-            mask[np.concatenate(groups_of[section.entry][:n_kept])] = 1
-            masks[PrunedLayer(section.entry)] = mask
-        _apply(graph, backend.adapter, sections, channels, masks, means, log_it=False)
+        _apply(graph, backend.adapter, sections, _masks(sections, groups_of, kept), means, log_it=False)
         models.append(backend.adapter.build(graph, quantized=False))
     errors = backend.adapter.relative_output_errors(reference, models, backend.data, MEASURED_SAMPLES)
     measured = dict(zip(candidates, (float(e) for e in errors)))
@@ -170,16 +156,27 @@ def _measured_choice(backend: PruningBackend, sections: List[Section], groups_of
     return candidates[best], measured
 
 
-def _apply(graph: Graph, adapter: Any, sections: List[Section], kept_channels: List[int],
-           masks: Dict[Any, np.ndarray], means: Dict[str, np.ndarray], log_it: bool) -> None:
+def _masks(sections: List[Section], groups_of: Dict[str, List[np.ndarray]],
+           kept_groups: List[int]) -> Dict[PrunedLayer, np.ndarray]:
+    """Per entry layer, 1 for each output channel its kept groups (the most important first) hold, 0 else."""
+    masks = {}
+    for section, n_kept in zip(sections, kept_groups):
+        mask = np.zeros(section.channels)
+        mask[np.concatenate(groups_of[section.entry][:n_kept])] = 1
+        masks[PrunedLayer(section.entry)] = mask
+    return masks
+
+
+def _apply(graph: Graph, adapter: Any, sections: List[Section], masks: Dict[PrunedLayer, np.ndarray],
+           means: Dict[str, np.ndarray], log_it: bool) -> None:
     """Remove the masked-out channels from ``graph``; ``means``: the exit inputs' channel means on the unpruned
     model (mean replacement; empty: none)."""
-    pruned = [i for i, s in enumerate(sections) if kept_channels[i] < s.channels]
     compensated: List[str] = []
     uncompensated: List[str] = []
-    for i in pruned:
-        section = sections[i]
+    for section in sections:
         kept = np.flatnonzero(masks[PrunedLayer(section.entry)])
+        if len(kept) == section.channels:
+            continue
         shift = None
         if section.exit_input in means:
             shift = removed_inputs_shift(graph, adapter, section, kept, means[section.exit_input])

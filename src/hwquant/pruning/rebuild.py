@@ -38,6 +38,8 @@ def prune_section(graph: Graph, adapter: Any, section: Section, kept: np.ndarray
     kept = np.sort(np.asarray(kept, np.int64))
     entry, exit_ = graph.node(section.entry), graph.node(section.exit)
     geometry = adapter.linear_geometry(entry)
+    # (the framework's own axis, not sections' normalised one: Keras' -1 also names the channels after a global
+    # pooling drops the spatial axes)
     axis = len(entry.output_shape) - 1 if geometry.is_dense else adapter.activation_channel_axis
     out_axis, _ = adapter.kernel_axes(entry)
     kernel = np.take(entry.weights[adapter.kernel_attr(entry)], kept, axis=out_axis)

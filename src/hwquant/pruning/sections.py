@@ -139,8 +139,7 @@ def _follow(graph: Graph, adapter: Any, entry: Node) -> Tuple[Optional[Section],
         if graph.is_output(current):
             return None, f"'{current.name}' is a model output: its channels are kept"
         # (a read of the tensor's shape, x.size(0) for a view, uses no channel's values)
-        shape_reads = [r for r in graph.successors(current) if adapter.operator_set(r) in SHAPE_READS]
-        readers = [r for r in graph.successors(current) if r not in shape_reads]
+        readers = [r for r in graph.successors(current) if adapter.operator_set(r) not in SHAPE_READS]
         if len(readers) != 1:
             names = ", ".join(f"'{r.name}'" for r in readers[:4])
             return None, (f"'{current.name}' is read by {len(readers)} layers ({names}): a residual, a branch or a "
