@@ -57,6 +57,13 @@ class GenerationBackend(Protocol):
         """The generated images, one tensor per image (a batch of one), detached."""
 
 
+def smoothing_kernel(size: int = 3, sigma: float = 1.25) -> np.ndarray:
+    """The pipeline's smoothing filter (MCT's: a 3 x 3 Gaussian, sigma 1.25), normalised to sum 1."""
+    x = np.arange(size, dtype=np.float32) - (size - 1) / 2
+    g = np.exp(-(x[:, None] ** 2 + x[None, :] ** 2) / (2 * sigma ** 2))
+    return (g / g.sum()).astype(np.float32)
+
+
 def check_request(n_images: Any, output_image_size: Any, config: Any) -> Tuple[int, int]:
     """The facades' argument checks; the image size as (height, width)."""
     if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:

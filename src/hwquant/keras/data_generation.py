@@ -13,7 +13,7 @@ from hwquant.data_generation.config import (DEFAULT_DATA_GEN_BS, DEFAULT_N_ITER,
                                             BatchNormAlignemntLossType, BNLayerWeightingType, DataGenerationConfig,
                                             DataInitType, ImageGranularity, ImageNormalizationType,
                                             ImagePipelineType, OutputLossType, SchedulerType)
-from hwquant.data_generation.generator import BatchNormTarget, check_request, generate
+from hwquant.data_generation.generator import BatchNormTarget, check_request, generate, smoothing_kernel
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.adapter import KerasAdapter
 from hwquant.keras.builder import build_model
@@ -49,19 +49,13 @@ class KerasOps:
         return K.convert_to_tensor(np.asarray(value, np.float32))
 
 
-def _gaussian_kernel(channels: int, size: int = 3, sigma: float = 1.25) -> np.ndarray:
-    x = np.arange(size, dtype=np.float32) - (size - 1) / 2
-    g = np.exp(-(x[:, None] ** 2 + x[None, :] ** 2) / (2 * sigma ** 2))
-    return np.repeat((g / g.sum())[:, :, None, None], channels, axis=2).astype(np.float32)  # (kh, kw, C, 1)
-
-
 class KerasGenerationBackend:
     ops = KerasOps()
     channel_axis = -1
 
     def __init__(self, model: Any, bn_inputs: List[str], optimizer: Any):
         self.model, self.bn_inputs, self.optimizer_class = model, bn_inputs, optimizer
-        self._optimizers: Dict[int, Any] = {}
+        self._optimizer: Tuple[Any, Any] = (None, None)  # (the images it steps, the optimizer): one batch at a time
 
     def images(self, values: np.ndarray) -> Any:
         return keras.Variable(values, dtype="float32", trainable=True)
@@ -71,9 +65,9 @@ class KerasGenerationBackend:
         return keras.tree.flatten(outputs), dict(zip(self.bn_inputs, tensors))
 
     def step(self, images: Any, loss: Callable[[Any], Any], lr: float) -> float:
-        optimizer = self._optimizers.get(id(images))
-        if optimizer is None:
-            optimizer = self._optimizers[id(images)] = self.optimizer_class(learning_rate=lr)
+        if self._optimizer[0] is not images:  # (a new batch: the last one's optimizer state is let go)
+            self._optimizer = (images, self.optimizer_class(learning_rate=lr))
+        optimizer = self._optimizer[1]
         optimizer.learning_rate = lr
         value, grads = variable_gradients(lambda: loss(images.value), [images], "data generation")
         optimizer.apply_gradients(zip(grads, [images]))
@@ -85,7 +79,8 @@ class KerasGenerationBackend:
             x = K.flip(x, axis=2)
         if smooth:
             x = K.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect")
-            x = K.depthwise_conv(x, _gaussian_kernel(int(x.shape[-1])), padding="valid")
+            x = K.depthwise_conv(x, np.repeat(smoothing_kernel()[:, :, None, None], int(x.shape[-1]), axis=2),
+                                 padding="valid")
         top, left = crop if crop is not None else ((x.shape[1] - size[0]) // 2, (x.shape[2] - size[1]) // 2)
         x = x[:, top:top + size[0], left:left + size[1], :]
         if low is not None:

@@ -14,7 +14,7 @@ from hwquant.data_generation.config import (DEFAULT_DATA_GEN_BS, DEFAULT_N_ITER,
                                             BatchNormAlignemntLossType, BNLayerWeightingType, DataGenerationConfig,
                                             DataInitType, ImageGranularity, ImageNormalizationType,
                                             ImagePipelineType, OutputLossType, SchedulerType)
-from hwquant.data_generation.generator import BatchNormTarget, check_request, generate
+from hwquant.data_generation.generator import BatchNormTarget, check_request, generate, smoothing_kernel
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
@@ -47,19 +47,13 @@ class TorchOps:
         return torch.as_tensor(value, dtype=like.dtype, device=like.device)
 
 
-def _gaussian_kernel(channels: int, size: int = 3, sigma: float = 1.25) -> torch.Tensor:
-    x = torch.arange(size, dtype=torch.float32) - (size - 1) / 2
-    g = torch.exp(-(x[:, None] ** 2 + x[None, :] ** 2) / (2 * sigma ** 2))
-    return (g / g.sum()).expand(channels, 1, size, size).contiguous()
-
-
 class TorchGenerationBackend:
     ops = TorchOps()
     channel_axis = 1
 
     def __init__(self, model: nn.Module, bn_inputs: List[str], optimizer: Any, device: torch.device):
         self.model, self.bn_inputs, self.optimizer_class, self.device = model, bn_inputs, optimizer, device
-        self._optimizers: Dict[int, Any] = {}
+        self._optimizer: Tuple[Any, Any] = (None, None)  # (the images it steps, the optimizer): one batch at a time
 
     def images(self, values: np.ndarray) -> torch.Tensor:
         return torch.tensor(values, device=self.device, requires_grad=True)
@@ -70,7 +64,9 @@ class TorchGenerationBackend:
         return flat, dict(zip(self.bn_inputs, tensors))
 
     def step(self, images: torch.Tensor, loss: Callable[[Any], Any], lr: float) -> float:
-        optimizer = self._optimizers.setdefault(id(images), self.optimizer_class([images], lr=lr))
+        if self._optimizer[0] is not images:  # (a new batch: the last one's optimizer state is let go)
+            self._optimizer = (images, self.optimizer_class([images], lr=lr))
+        optimizer = self._optimizer[1]
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad()
@@ -82,8 +78,8 @@ class TorchGenerationBackend:
     def transform(self, images, flip, crop, size, smooth, low, high):
         x = torch.flip(images, dims=[3]) if flip else images
         if smooth:
-            x = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), _gaussian_kernel(x.shape[1]).to(x.device),
-                         groups=x.shape[1])
+            kernel = torch.as_tensor(smoothing_kernel(), device=x.device).expand(x.shape[1], 1, 3, 3)
+            x = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), kernel, groups=x.shape[1])
         top, left = crop if crop is not None else ((x.shape[2] - size[0]) // 2, (x.shape[3] - size[1]) // 2)
         x = x[:, :, top:top + size[0], left:left + size[1]]
         if low is not None:
