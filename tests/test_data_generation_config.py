@@ -62,13 +62,29 @@ def test_losses_by_mcts_formulas():
     rng = np.random.default_rng(0)
     x = rng.normal(2.0, 3.0, (64, 4, 8, 8)).astype(np.float32)  # channels first
     mean, var = x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))
-    assert abs(losses.bn_alignment(ops, x, 1, mean, var)) < 1e-8  # the input already has the stored statistics
+
+    def loss(x, axis, target_mean, per_image=False):
+        return losses.bn_alignment(ops, *losses.batch_stats(ops, x, axis, per_image), target_mean, var)
+    assert abs(loss(x, 1, mean)) < 1e-6  # the input already has the stored statistics
     # a shift of 1 in every channel's mean: squared distance 4 over 4 channels
-    assert np.isclose(losses.bn_alignment(ops, x, 1, mean + 1.0, var), 1.0, atol=1e-5)
-    assert np.isclose(losses.bn_alignment(ops, np.moveaxis(x, 1, -1), -1, mean + 1.0, var), 1.0, atol=1e-5)
+    assert np.isclose(loss(x, 1, mean + 1.0), 1.0, atol=1e-4)
+    assert np.isclose(loss(np.moveaxis(x, 1, -1), -1, mean + 1.0), 1.0, atol=1e-4)
+    # per image: each image's own statistics, summed over the images
+    one = np.broadcast_to(x[:1], x.shape)
+    m1, v1 = x[0].mean(axis=(1, 2)), x[0].var(axis=(1, 2))
+    assert np.isclose(losses.bn_alignment(ops, *losses.batch_stats(ops, one, 1, True), m1 + 1.0, v1), 64.0, atol=1e-3)
+    # GRAD: the inverse gradient norms, normalised; a vanished gradient takes the smallest measured norm's weight
+    grad = losses.layer_weights(BNLayerWeightingType.GRAD, ["a", "b", "c"], [1.0, 4.0, 0.0])
+    assert np.allclose([grad["a"], grad["b"], grad["c"]], np.array([1.0, 0.25, 1.0]) / 2.25)
     assert losses.layer_weights(BNLayerWeightingType.AVERAGE, ["a", "b"]) == {"a": 0.5, "b": 0.5}
     assert losses.layer_weights(BNLayerWeightingType.FIRST_LAYER_MULTIPLIER, ["a", "b"]) == {"a": 10.0, "b": 1.0}
     out = np.array([[0.0, 2.0, 1.0], [1.0, 5.0, 3.0]])
     assert losses.output_loss(ops, OutputLossType.NEGATIVE_MIN_MAX_DIFF, [out]) == -3.0
     assert np.isclose(losses.output_loss(ops, OutputLossType.INVERSE_MIN_MAX_DIFF, [out]), 1 / 3.0, atol=1e-5)
     assert losses.output_loss(ops, OutputLossType.NONE, [out]) == 0.0
+    # regularized: the inverse range plus how far the extreme units are from |feature| x their weight norm
+    last = losses.LastLayer("fc", "fc", np.array([1.0, 2.0, 3.0], np.float32))
+    feature = np.full((2, 4), 0.5)  # spatial mean 0.5 in 4 channels: norm 1
+    reg = losses.output_loss(ops, OutputLossType.REGULARIZED_MIN_MAX_DIFF, [out], out, last, feature, 1)
+    # image 0: max 2 (unit 1, norm 2), min 0 (unit 0, norm 1): |2 - 2| + |0 - 1| + 1/2; image 1: |5 - 2| + |1 - 1| + 1/4
+    assert np.isclose(reg, ((0 + 1 + 0.5) + (3 + 0 + 0.25)) / 2, atol=1e-4)

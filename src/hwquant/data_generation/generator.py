@@ -1,21 +1,30 @@
-"""Data generation, the order of work written once (issue 32, in progress): images optimised so that every
-batch-norm layer's input has the layer's stored mean and spread, with an output loss, under a learning-rate
-schedule, through an image pipeline (random flip, smoothing, random crop from a larger canvas, clipping to the
-valid range), then finalised (smoothing, centre crop, clipping). Each framework gives a small back end: the
-tensor operations the losses use, the model run with its batch-norm inputs, and one optimiser step."""
+"""Data generation, the order of work written once: images optimised so that every batch-norm layer's input has
+the layer's stored mean and spread, with an output loss, under a learning-rate schedule, through an image pipeline
+(random flip, smoothing, random crop from a larger canvas, clipping to the valid range), then finalised (smoothing,
+centre crop, clipping). Each framework gives a small back end: the tensor operations the losses use, the model run
+with its batch-norm inputs, and one optimiser step.
+
+Image granularity decides what is held: BatchWise and ImageWise optimise one batch at a time (memory: one batch),
+AllImages every batch together, in a random order each iteration, each matching the statistics of all images (the
+other batches' last statistics held fixed), so its memory grows with the image count and is checked first."""
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 
 from hwquant.data_generation import losses
-from hwquant.data_generation.config import (DataGenerationConfig, DataInitType, ImageNormalizationType,
-                                            ImagePipelineType)
+from hwquant.data_generation.config import (BNLayerWeightingType, DataGenerationConfig, DataInitType,
+                                            ImageGranularity, ImageNormalizationType, ImagePipelineType,
+                                            OutputLossType)
 from hwquant.data_generation.schedule import LearningRateSchedule
+from hwquant.core.graph import Graph, Node
+from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import progress
 
@@ -30,9 +39,60 @@ NORMALIZATION = {ImageNormalizationType.TORCHVISION: ((0.485, 0.456, 0.406), (0.
 @dataclass
 class BatchNormTarget:
     name: str              # the batch-norm layer
-    input_name: str        # the tensor it normalises
+    watched: str           # the tensor whose statistics are matched: its input, or its folded layer's output
     mean: np.ndarray
     var: np.ndarray
+    folded_scale: Optional[np.ndarray] = None   # folded: gamma / sqrt(var + eps) ...
+    folded_shift: Optional[np.ndarray] = None   # ... and beta, of y = scale (x - mean) + beta
+
+    def loss(self, ops: losses.TensorOps, mean: Any, second_moment: Any) -> Any:
+        return losses.bn_alignment(ops, mean, second_moment, self.mean, self.var, folded_scale=self.folded_scale,
+                                   folded_shift=self.folded_shift)
+
+    def input_feature(self, ops: losses.TensorOps, tensor: Any, channel_axis: int) -> Any:
+        """The spatial mean of the batch norm's input, one row per image."""
+        rank = len(tensor.shape)
+        feature = ops.mean(tensor, [a for a in range(1, rank) if a != channel_axis % rank])
+        if self.folded_scale is None or self.folded_shift is None:
+            return feature
+        return ((feature - ops.constant(self.folded_shift.astype(np.float32), feature))
+                / ops.constant(self.folded_scale.astype(np.float32), feature)
+                + ops.constant(np.asarray(self.mean, np.float32), feature))
+
+
+# a batch norm is folded into the layer before it (one layer less to run forward and backward in every step)
+# unless a channel's scale is this small: its input's statistics would drown in the rounding of the output's
+MIN_FOLDED_SCALE = 1e-4
+
+
+def batch_norm_targets(graph: Graph, adapter: Any, is_configured_type: Callable[[Node], bool],
+                       type_name: Callable[[Node], str], configured: str) -> Tuple[List[BatchNormTarget], Dict[str, str]]:
+    """The batch norms the images match (of the configured types), each folded into the layer before it where it
+    folds, and {batch norm: why it is not used} for the others. Folds ``graph`` in place: build the model from it
+    afterwards."""
+    targets, ignored = [], {}
+    for node in graph:
+        params = adapter.batch_norm_params(node)
+        if params is None:
+            continue
+        if is_configured_type(node):
+            targets.append(BatchNormTarget(node.name, node.inputs[0], np.asarray(params.mean, np.float64),
+                                           np.asarray(params.var, np.float64)))
+        else:
+            ignored[node.name] = f"a {type_name(node)}, not among bn_layer_types ({configured})"
+    scales = {}
+    for t in targets:
+        params = adapter.batch_norm_params(graph.node(t.name))
+        scale = np.asarray(params.gamma, np.float64) / np.sqrt(np.asarray(params.var, np.float64) + params.eps)
+        if np.min(np.abs(scale)) >= MIN_FOLDED_SCALE:
+            scales[t.name] = (scale, np.asarray(params.beta, np.float64))
+    layers = {t.watched: t.name for t in targets if t.name in scales}  # follows the layers' renaming
+    fold_batch_norms(graph, adapter, layers, only=lambda bn: bn.name in scales)
+    for layer, bn in layers.items():
+        if bn not in graph:  # folded: the layer's output is the batch norm's
+            t = next(t for t in targets if t.name == bn)
+            t.watched, (t.folded_scale, t.folded_shift) = layer, scales[bn]
+    return targets, ignored
 
 
 class GenerationBackend(Protocol):
@@ -42,11 +102,21 @@ class GenerationBackend(Protocol):
     def images(self, values: np.ndarray) -> Any:
         """A trainable tensor (or variable) holding ``values``."""
 
-    def run(self, images: Any) -> Tuple[List[Any], Dict[str, Any]]:
-        """(the model's outputs, {batch-norm input name: tensor}) for ``images``."""
+    def optimizer(self, images: Any, lr: float) -> Any:
+        """The configured optimiser for ``images``."""
 
-    def step(self, images: Any, loss: Callable[[Any], Any], lr: float) -> float:
-        """One optimiser step on ``images`` at rate ``lr`` for ``loss(images)``; the loss's value."""
+    def run(self, images: Any) -> Tuple[List[Any], Dict[str, Any]]:
+        """(the model's outputs, {watched tensor name: tensor}) for ``images``: the watched tensors are the batch
+        norms' inputs and the last linear layer's output."""
+
+    def step(self, images: Any, optimizer: Any, loss: Callable[[Any], Any], lr: float) -> float:
+        """One step of ``optimizer`` on ``images`` at rate ``lr`` for ``loss(images)``; the loss's value."""
+
+    def gradient_norm(self, images: Any, loss: Callable[[Any], Any]) -> float:
+        """The L2 norm of d loss(images) / d images (no step)."""
+
+    def state_bytes(self, images: Any, optimizer: Any) -> int:
+        """The bytes ``images`` and their optimiser's state hold."""
 
     def transform(self, images: Any, flip: bool, crop: Optional[Tuple[int, int]], size: Tuple[int, int],
                   smooth: bool, low: Optional[np.ndarray], high: Optional[np.ndarray]) -> Any:
@@ -97,42 +167,218 @@ def initial_values(kind: DataInitType, shape: Tuple[int, ...], channel_axis: int
             * rng.standard_normal(shape)).astype(np.float32)
 
 
+@dataclass
+class DataGenerationReport:
+    """What a data-generation run used, did and cost (also said in the log)."""
+    n_images: int
+    image_size: Tuple[int, int]
+    channels: int
+    seconds: float
+    seconds_per_image: float
+    held_bytes_per_image: int            # images and their optimiser state, held while they are optimised
+    peak_memory_growth_bytes: int        # the process's peak resident memory growth (0: it had been bigger before)
+    batch_norm_layers: List[str]         # the batch norms whose statistics the images match
+    folded_batch_norms: int              # of those, folded into the layer before them for speed
+    ignored_batch_norm_layers: Dict[str, str]   # {layer: why it is not used}
+    output_loss: str                     # the output loss used (after any fallback)
+    last_layer: Optional[str]            # the layer REGULARIZED_MIN_MAX_DIFF reads
+    image_granularity: str
+    layer_weights: Dict[str, float]      # of the first batch (GRAD: measured on it)
+    fallbacks: List[str] = field(default_factory=list)
+    final_losses: List[float] = field(default_factory=list)   # each batch's last loss
+
+
+class GeneratedImages(list):
+    """The generated images (MCT's form: a list, one batch of one per image) with ``.report``."""
+    report: DataGenerationReport
+
+
+# AllImages optimises every image at once: their values and optimiser state (about 3 copies) must fit in this
+# share of the machine's memory, or the run is refused before it starts
+ALL_IMAGES_MEMORY_SHARE = 0.5
+OPTIMIZER_COPIES = 2
+
+
+def _physical_memory() -> Optional[int]:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _peak_rss() -> int:
+    try:
+        import resource
+    except ImportError:  # (not on Windows)
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def last_linear_layer(graph: Graph, is_last_type: Callable[[Node], bool], is_batch_norm: Callable[[Node], bool],
+                      unit_norms: Callable[[Node], np.ndarray]) -> Optional[losses.LastLayer]:
+    """The last layer (in graph order) of the configured last-layer types whose output no batch norm reads (MCT's
+    rule), with each output unit's weight norm."""
+    for node in reversed(list(graph)):
+        if is_last_type(node) and not any(is_batch_norm(r) for r in graph.successors(node)):
+            return losses.LastLayer(node.name, node.name, np.asarray(unit_norms(node), np.float32))
+    return None
+
+
+def resolve_output_loss(config: DataGenerationConfig, targets: Sequence[BatchNormTarget],
+                        last_layer: Optional[losses.LastLayer], fallbacks: List[str]) -> OutputLossType:
+    """The output loss the run can use; each fallback said in ``fallbacks``; an error where nothing guides the
+    images."""
+    kind = config.output_loss_type
+    if kind == OutputLossType.REGULARIZED_MIN_MAX_DIFF and last_layer is None:
+        fallbacks.append("REGULARIZED_MIN_MAX_DIFF needs a last linear layer (of last_layer_types) not followed by a "
+                         "batch norm; the model has none: INVERSE_MIN_MAX_DIFF on the outputs is used instead")
+        kind = OutputLossType.INVERSE_MIN_MAX_DIFF
+    if not targets:
+        if kind == OutputLossType.NONE:
+            raise InvalidConfigError("the model has no batch-norm layer to match (of bn_layer_types) and the output "
+                                     "loss is NONE: nothing guides the images; set output_loss_type (e.g. "
+                                     "OutputLossType.NEGATIVE_MIN_MAX_DIFF), or calibrate on real data")
+        fallbacks.append(f"the model has no batch-norm layer to match: the images are guided by the output loss "
+                         f"({kind.name}) alone, which widens the output's range but does not make the inner layers' "
+                         "statistics realistic; expect weaker calibration than real data")
+    return kind
+
+
 def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_images: int, size: Tuple[int, int],
-             channels: int, config: DataGenerationConfig, seed: int = 0) -> List[Any]:
-    if not targets and config.output_loss_type.value == "none":
-        raise InvalidConfigError("the model has no batch-norm layer to match and the output loss is NONE: nothing "
-                                 "guides the images; set output_loss_type (e.g. OutputLossType.NEGATIVE_MIN_MAX_DIFF)")
+             channels: int, config: DataGenerationConfig, seed: int = 0, last_layer: Optional[losses.LastLayer] = None,
+             ignored: Optional[Dict[str, str]] = None) -> GeneratedImages:
+    fallbacks: List[str] = []
+    output_kind = resolve_output_loss(config, targets, last_layer, fallbacks)
     rng = np.random.default_rng(seed)
-    weights = losses.layer_weights(config.layer_weighting_type, [t.name for t in targets]) if targets else {}
     augment = config.image_pipeline_type == ImagePipelineType.SMOOTHING_AND_AUGMENTATION
     extra = config.extra_pixels if augment else (0, 0)
     canvas = (size[0] + extra[0], size[1] + extra[1])
     low, high = valid_range(config, channels)
-    images_out: List[Any] = []
-    start = time.perf_counter()
-    n_batches = -(-n_images // config.data_gen_batch_size)
-    for batch, first in enumerate(range(0, n_images, config.data_gen_batch_size)):
-        count = min(config.data_gen_batch_size, n_images - first)
-        shape = (count, channels, *canvas) if backend.channel_axis == 1 else (count, *canvas, channels)
-        images = backend.images(initial_values(config.data_init_type, shape, backend.channel_axis, rng))
-        schedule = LearningRateSchedule(config.scheduler_type, config.initial_lr, config.n_iter)
-        lr = config.initial_lr
-        for _ in progress(range(config.n_iter), f"data generation, batch {batch + 1}/{n_batches}"):
-            flip = augment and bool(rng.integers(2))
-            crop = (int(rng.integers(extra[0] + 1)), int(rng.integers(extra[1] + 1)))
-
-            def loss(x, flip=flip, crop=crop):
-                x = backend.transform(x, flip, crop, size, augment, low, high)
-                outputs, bn_inputs = backend.run(x)
-                total: Any = losses.output_loss(backend.ops, config.output_loss_type, outputs) \
-                    * config.output_loss_multiplier
+    per_image = config.image_granularity == ImageGranularity.ImageWise
+    all_images = config.image_granularity == ImageGranularity.AllImages
+    bytes_per_image = 4 * channels * canvas[0] * canvas[1] * (1 + OPTIMIZER_COPIES)
+    memory = _physical_memory()
+    if all_images and memory and n_images * bytes_per_image > ALL_IMAGES_MEMORY_SHARE * memory:
+        raise InvalidConfigError(
+            f"ImageGranularity.AllImages optimises all {n_images} images at once, about "
+            f"{n_images * bytes_per_image / 2**30:.1f} GiB with their optimiser state, more than half of this machine's "
+            f"{memory / 2**30:.1f} GiB; use ImageGranularity.BatchWise (one batch at a time) or fewer images")
+    batch = config.data_gen_batch_size
+    counts = [min(batch, n_images - first) for first in range(0, n_images, batch)]
+    groups = [list(range(len(counts)))] if all_images else [[b] for b in range(len(counts))]
+    for text in fallbacks:
+        log.warning("data generation: %s", text)
+    images_out = GeneratedImages()
+    final_losses: List[float] = []
+    first_weights: Dict[str, float] = {}
+    names = [t.name for t in targets]
+    start, rss_before = time.perf_counter(), _peak_rss()
+    for group in groups:
+        states = []
+        for b in group:
+            shape = (counts[b], channels, *canvas) if backend.channel_axis == 1 else (counts[b], *canvas, channels)
+            images = backend.images(initial_values(config.data_init_type, shape, backend.channel_axis, rng))
+            states.append(_BatchState(images, backend.optimizer(images, config.initial_lr),
+                                      LearningRateSchedule(config.scheduler_type, config.initial_lr, config.n_iter),
+                                      config.initial_lr, counts[b]))
+        held: Dict[int, Dict[str, Tuple[np.ndarray, np.ndarray]]] = {}
+        if all_images and len(states) > 1:  # every batch's statistics, before any step
+            for j, state in enumerate(states):
+                _, tensors = backend.run(backend.transform(state.images, False, None, size, augment, low, high))
                 for t in targets:
-                    total = total + weights[t.name] * losses.bn_alignment(
-                        backend.ops, bn_inputs[t.input_name], backend.channel_axis, t.mean, t.var)
-                return total
-            lr = schedule.step(backend.step(images, loss, lr))
-        images_out += backend.finalize(backend.transform(images, False, None, size, augment, low, high))
+                    mean, second = losses.batch_stats(backend.ops, tensors[t.watched], backend.channel_axis, False)
+                    held.setdefault(j, {})[t.name] = (backend.ops.numpy(mean), backend.ops.numpy(second))
+        weights = _weights(backend, config, targets, states[0].images, size, augment, low, high) if targets else {}
+        first_weights = first_weights or weights
+        desc = ("data generation" if len(groups) == 1 else f"data generation, batch {group[0] + 1}/{len(groups)}")
+        for _ in progress(range(config.n_iter), desc):
+            for j in (rng.permutation(len(states)) if len(states) > 1 else [0]):
+                state = states[j]
+                flip = augment and bool(rng.integers(2))
+                crop = (int(rng.integers(extra[0] + 1)), int(rng.integers(extra[1] + 1)))
+                others = _others(held, j, states) if held else None
+                seen: Dict[str, Tuple[Any, Any]] = {}
+
+                def loss(x, flip=flip, crop=crop, state=state, others=others, seen=seen, weights=weights):
+                    x = backend.transform(x, flip, crop, size, augment, low, high)
+                    outputs, tensors = backend.run(x)
+                    feature = (targets[-1].input_feature(backend.ops, tensors[targets[-1].watched],
+                                                         backend.channel_axis)
+                               if targets and output_kind == OutputLossType.REGULARIZED_MIN_MAX_DIFF else None)
+                    total: Any = losses.output_loss(
+                        backend.ops, output_kind, outputs,
+                        tensors.get(last_layer.output_name) if last_layer is not None else None, last_layer,
+                        feature, backend.channel_axis) * config.output_loss_multiplier
+                    for t in targets:
+                        mean, second = losses.batch_stats(backend.ops, tensors[t.watched], backend.channel_axis,
+                                                          per_image)
+                        seen[t.name] = (mean, second)
+                        if others is not None:  # all images: this batch's statistics with the others' held ones
+                            (mean_sum, second_sum), total_count = others[t.name], others["count"]
+                            mean = (mean * state.count + backend.ops.constant(mean_sum, mean)) / total_count
+                            second = (second * state.count + backend.ops.constant(second_sum, second)) / total_count
+                        total = total + weights[t.name] * t.loss(backend.ops, mean, second)
+                    return total
+                value = backend.step(state.images, state.optimizer, loss, state.lr)
+                state.lr = state.schedule.step(value)
+                state.loss = value
+                if held:
+                    held[j] = {name: (backend.ops.numpy(m), backend.ops.numpy(s2)) for name, (m, s2) in seen.items()}
+        for state in states:
+            final_losses.append(float(state.loss))
+            images_out += backend.finalize(backend.transform(state.images, False, None, size, augment, low, high))
+        held_bytes = sum(backend.state_bytes(s.images, s.optimizer) for s in states)
+        del states
     seconds = time.perf_counter() - start
-    log.info("generated %d images of %dx%d in %.1f s (%.2f s per image), %d batch-norm layers matched",
-             n_images, size[0], size[1], seconds, seconds / max(n_images, 1), len(targets))
+    images_out.report = DataGenerationReport(
+        n_images, size, channels, seconds, seconds / n_images, held_bytes // max(sum(counts[b] for b in group), 1),
+        max(_peak_rss() - rss_before, 0), names, sum(t.folded_scale is not None for t in targets),
+        dict(ignored or {}), output_kind.name,
+        last_layer.name if last_layer is not None else None, config.image_granularity.name, first_weights,
+        fallbacks, final_losses)
+    r = images_out.report
+    log.info("generated %d images of %dx%dx%d in %.1f s (%.2f s per image; %.1f MB held per image, peak memory "
+             "+%.0f MB); %d batch-norm layers matched%s; output loss %s%s",
+             n_images, size[0], size[1], channels, seconds, r.seconds_per_image, r.held_bytes_per_image / 1e6,
+             r.peak_memory_growth_bytes / 1e6, len(names),
+             f" ({len(r.ignored_batch_norm_layers)} not used: {r.ignored_batch_norm_layers})"
+             if r.ignored_batch_norm_layers else "", r.output_loss,
+             f" on {r.last_layer}" if r.last_layer and output_kind == OutputLossType.REGULARIZED_MIN_MAX_DIFF else "")
     return images_out
+
+
+@dataclass
+class _BatchState:
+    images: Any
+    optimizer: Any
+    schedule: LearningRateSchedule
+    lr: float
+    count: int
+    loss: float = float("nan")
+
+
+def _others(held: Dict[int, Dict[str, Tuple[np.ndarray, np.ndarray]]], j: int,
+            states: Sequence[_BatchState]) -> Dict[str, Any]:
+    """The other batches' statistics, summed with their image counts as weights."""
+    out: Dict[str, Any] = {"count": float(sum(s.count for s in states))}
+    for name in held[j]:
+        out[name] = (sum(held[k][name][0] * states[k].count for k in held if k != j),
+                     sum(held[k][name][1] * states[k].count for k in held if k != j))
+    return out
+
+
+def _weights(backend: GenerationBackend, config: DataGenerationConfig, targets: Sequence[BatchNormTarget],
+             images: Any, size: Tuple[int, int], augment: bool, low: Any, high: Any) -> Dict[str, float]:
+    names = [t.name for t in targets]
+    if config.layer_weighting_type != BNLayerWeightingType.GRAD:
+        return losses.layer_weights(config.layer_weighting_type, names)
+    norms = []
+    for t in targets:  # one gradient per layer, on the batch's starting images (once per batch)
+        def loss(x, t=t):
+            _, tensors = backend.run(backend.transform(x, False, None, size, augment, low, high))
+            mean, second = losses.batch_stats(backend.ops, tensors[t.watched], backend.channel_axis,
+                                              config.image_granularity == ImageGranularity.ImageWise)
+            return t.loss(backend.ops, mean, second)
+        norms.append(backend.gradient_norm(images, loss))
+    return losses.layer_weights(BNLayerWeightingType.GRAD, names, norms)

@@ -7,21 +7,22 @@ The layer is then named ``<layer>_bn``, as MCT names it.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph
+from hwquant.core.graph import Graph, Node
 
 
-def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter, priors: Optional[dict] = None) -> int:
-    """Fold every foldable batch-norm; returns how many were folded. ``priors`` (keyed by layer
-    name, channel_equalization.batch_norm_priors) follow the renamed layers."""
+def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter, priors: Optional[dict] = None,
+                     only: Optional[Callable[[Node], bool]] = None) -> int:
+    """Fold every foldable batch-norm (or those ``only`` accepts); returns how many were folded. ``priors``
+    (keyed by layer name, channel_equalization.batch_norm_priors) follow the renamed layers."""
     folded = 0
     for bn in graph:
         params = adapter.batch_norm_params(bn)
-        if params is None or len(bn.inputs) != 1:
+        if params is None or len(bn.inputs) != 1 or (only is not None and not only(bn)):
             continue
         layer = graph.node(bn.inputs[0])
         axes, kernel, bias = adapter.kernel_axes(layer), adapter.kernel_attr(layer), adapter.bias_attr(layer)
