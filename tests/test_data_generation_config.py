@@ -1,4 +1,4 @@
-"""mct.data_generation's configuration (issue 32, in progress): MCT 2.6.1's enum names and values, the
+"""mct.data_generation's configuration: MCT 2.6.1's enum names and values, the
 configuration validated when built."""
 import pytest
 
@@ -83,8 +83,8 @@ def test_losses_by_mcts_formulas():
     assert np.isclose(losses.output_loss(ops, OutputLossType.INVERSE_MIN_MAX_DIFF, [out]), 1 / 3.0, atol=1e-5)
     assert losses.output_loss(ops, OutputLossType.NONE, [out]) == 0.0
     # regularized: the inverse range plus how far the extreme units are from |feature| x their weight norm
-    last = losses.LastLayer("fc", "fc", np.array([1.0, 2.0, 3.0], np.float32))
-    feature = np.full((2, 4), 0.5)  # spatial mean 0.5 in 4 channels: norm 1
+    last = losses.LastLayer("fc", "pool", "fc", np.array([1.0, 2.0, 3.0], np.float32))
+    feature = np.full((2, 4), 1.0)  # the layer's input, 4 channels of 1: norm 2, half of it 1
     reg = losses.output_loss(ops, OutputLossType.REGULARIZED_MIN_MAX_DIFF, [out], out, last, feature, 1)
     # image 0: max 2 (unit 1, norm 2), min 0 (unit 0, norm 1): |2 - 2| + |0 - 1| + 1/2; image 1: |5 - 2| + |1 - 1| + 1/4
     assert np.isclose(reg, ((0 + 1 + 0.5) + (3 + 0 + 0.25)) / 2, atol=1e-4)

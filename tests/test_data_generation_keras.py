@@ -1,7 +1,7 @@
 """mct.data_generation's Keras path (torch and tensorflow backends): images generated from a batch-norm model alone
 match its batch norms' statistics, have the asked shape, and calibrate PTQ; MCT's Keras default output loss
-(REGULARIZED_MIN_MAX_DIFF on the last Dense), all images optimised together, GRAD weighting; fallbacks and bad
-input."""
+(REGULARIZED_MIN_MAX_DIFF on the last Dense; hwquant's default is NEGATIVE_MIN_MAX_DIFF), all images optimised
+together, GRAD weighting; fallbacks and bad input."""
 import numpy as np
 import pytest
 
@@ -43,6 +43,7 @@ def test_generated_images_match_the_batch_norms_and_calibrate():
     model = _model()
     config = mct.data_generation.get_keras_data_generation_config(
         n_iter=60, data_gen_batch_size=8, initial_lr=0.1, extra_pixels=2,
+        output_loss_type=mct.data_generation.OutputLossType.REGULARIZED_MIN_MAX_DIFF,
         image_normalization_type=mct.data_generation.ImageNormalizationType.NO_NORMALIZATION)
     images = mct.data_generation.keras_data_generation_experimental(model, 10, 12, config)
     assert len(images) == 10 and all(tuple(i.shape) == (1, 12, 12, 1) for i in images)

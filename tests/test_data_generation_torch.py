@@ -153,3 +153,32 @@ def test_folding_the_batch_norms_changes_nothing_but_the_time(monkeypatch):
     assert folded.report.folded_batch_norms == 2 and unfolded.report.folded_batch_norms == 0
     torch.testing.assert_close(torch.cat(folded), torch.cat(unfolded), atol=2e-4, rtol=1e-4)
     np.testing.assert_allclose(folded.report.final_losses, unfolded.report.final_losses, rtol=1e-4)
+
+
+def test_generated_images_feed_gptq_mixed_precision_and_qat():
+    """The generated images as the representative data of GPTQ, mixed precision under a memory target and QAT
+    init: each runs, and the quantized model follows the float one on the images it was calibrated with."""
+    model = _model()
+    config = get_pytorch_data_generation_config(
+        n_iter=40, data_gen_batch_size=8, extra_pixels=2, image_clipping=False,
+        image_normalization_type=mct.data_generation.ImageNormalizationType.NO_NORMALIZATION)
+    images = torch.cat(pytorch_data_generation_experimental(model, 8, 12, config))
+
+    def representative_data_gen():
+        yield [images]
+    with torch.no_grad():
+        reference = model(images)
+    gptq, _ = mct.gptq.pytorch_gradient_post_training_quantization(
+        model, representative_data_gen, gptq_config=mct.gptq.get_pytorch_gptq_config(n_epochs=1))
+    core = mct.core.CoreConfig(mixed_precision_config=mct.core.MixedPrecisionQuantizationConfig(
+        num_of_images=8, use_hessian_based_scores=False))
+    ru = mct.core.pytorch_resource_utilization_data(model, representative_data_gen, core)
+    mixed, info = mct.ptq.pytorch_post_training_quantization(
+        model, representative_data_gen, target_resource_utilization=mct.core.ResourceUtilization(
+            ru.weights_memory * 0.75), core_config=core)
+    assert info.final_resource_utilization.weights_memory <= ru.weights_memory * 0.75
+    qat, _ = mct.qat.pytorch_quantization_aware_training_init_experimental(model, representative_data_gen)
+    for quantized in (gptq, mixed, qat):
+        with torch.no_grad():
+            out = quantized(images)
+        assert ((out - reference).norm() / reference.norm()) < 0.3

@@ -1,4 +1,4 @@
-"""`mct.data_generation` (issue 32, in progress): images generated from the float model alone, written once
+"""`mct.data_generation`: images generated from the float model alone, written once
 (framework-free, in this package) over a small back end per framework (hwquant.torch.data_generation,
 hwquant.keras.data_generation), whose facades load on first use."""
 from hwquant.data_generation.config import (  # noqa: F401

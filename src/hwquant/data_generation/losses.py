@@ -149,16 +149,23 @@ def layer_weights(kind: BNLayerWeightingType, names: List[str],
 class LastLayer:
     """The model's last linear layer not followed by a batch norm (REGULARIZED_MIN_MAX_DIFF reads it)."""
     name: str
+    input_name: str              # its input tensor
     output_name: str             # its output tensor
     weight_norms: np.ndarray     # the L2 norm of each output unit's weights
 
 
+# the share of the Cauchy-Schwarz bound |w . x| <= |w| |x| that the extreme outputs are drawn to (MCT's PyTorch value)
+REGULARIZED_BOUND_SHARE = 0.5
+
+
 def output_loss(ops: TensorOps, kind: OutputLossType, outputs: Sequence[Any], last_output: Any = None,
-                last_layer: Optional[LastLayer] = None, last_bn_feature: Any = None, channel_axis: int = 1) -> Any:
+                last_layer: Optional[LastLayer] = None, last_input_feature: Any = None, channel_axis: int = 1) -> Any:
     """The output loss over every output (0 for NONE). REGULARIZED_MIN_MAX_DIFF (MCT's Keras default) works on the
     last linear layer's output: the inverse of its range, plus, for its largest and smallest unit, how far the
-    unit's magnitude is from the norm of the last batch norm's input (``last_bn_feature``: its spatial mean, one
-    row per image) times the unit's weight norm, a bound that keeps the range from growing without limit."""
+    unit's magnitude is from half the bound the layer's input allows (the norm of ``last_input_feature``, the input's
+    spatial mean, one row per image, times the unit's weight norm), which keeps the range from growing without
+    limit. (MCT's PyTorch formula; its Keras one reads the last batch norm's input instead, a tensor of another
+    scale: measured on MobileNetV2, it drove the logits down and calibration with them.)"""
     total: Any = 0.0
     if kind == OutputLossType.NONE:
         return total
@@ -171,9 +178,9 @@ def output_loss(ops: TensorOps, kind: OutputLossType, outputs: Sequence[Any], la
             out = ops.mean(out, [a for a in range(1, rank) if a != channel_axis % rank])
         high, low = ops.amax(out, 1), ops.amin(out, 1)
         dynamic = 1.0 / (high - low + EPS)
-        if last_bn_feature is None:
+        if last_input_feature is None:
             return ops.mean(dynamic, [0])
-        feature_norm = ops.sqrt(ops.sum_rows(last_bn_feature * last_bn_feature))
+        feature_norm = ops.sqrt(ops.sum_rows(last_input_feature * last_input_feature)) * REGULARIZED_BOUND_SHARE
         values = ops.numpy(out)
         norm_high = ops.constant(last_layer.weight_norms[np.argmax(values, 1)], high)
         norm_low = ops.constant(last_layer.weight_norms[np.argmin(values, 1)], low)

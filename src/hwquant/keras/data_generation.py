@@ -119,7 +119,7 @@ def get_keras_data_generation_config(
         output_loss_multiplier: float = KERAS_DEFAULTS["output_loss_multiplier"],
         scheduler_type: SchedulerType = SchedulerType.REDUCE_ON_PLATEAU,
         bn_alignment_loss_type: BatchNormAlignemntLossType = BatchNormAlignemntLossType.L2_SQUARE,
-        output_loss_type: OutputLossType = OutputLossType.REGULARIZED_MIN_MAX_DIFF,
+        output_loss_type: OutputLossType = KERAS_DEFAULTS["output_loss_type"],
         data_init_type: DataInitType = DataInitType.Gaussian,
         layer_weighting_type: BNLayerWeightingType = BNLayerWeightingType.AVERAGE,
         image_granularity: ImageGranularity = ImageGranularity.BatchWise,
@@ -128,8 +128,10 @@ def get_keras_data_generation_config(
         extra_pixels: Union[int, Tuple[int, int]] = KERAS_DEFAULTS["extra_pixels"],
         bn_layer_types: Sequence[Any] = (keras.layers.BatchNormalization,),
         image_clipping: bool = False) -> DataGenerationConfig:
-    """MCT 2.6.1's Keras data-generation configuration, its defaults (n_iter 500 and batches of 32 as for
-    PyTorch; MCT's last-layer types for the regularized output loss, Dense and Conv2D, are fixed as in MCT)."""
+    """MCT 2.6.1's Keras data-generation configuration, its defaults but two (n_iter 500 and batches of 32 as for
+    PyTorch; the output loss NEGATIVE_MIN_MAX_DIFF, not MCT's REGULARIZED_MIN_MAX_DIFF, measured better: see
+    hwquant.data_generation.config). The last-layer types of the regularized loss, Dense and Conv2D, are fixed as
+    in MCT."""
     return DataGenerationConfig(n_iter, optimizer, data_gen_batch_size, initial_lr, output_loss_multiplier,
                                 image_granularity, scheduler_type, bn_alignment_loss_type, output_loss_type,
                                 data_init_type, layer_weighting_type, image_pipeline_type, image_normalization_type,
@@ -165,8 +167,9 @@ def keras_data_generation_experimental(model: Any, n_images: int, output_image_s
                                  lambda n: adapter.batch_norm_params(n) is not None, _unit_norms)
         targets, ignored = batch_norm_targets(
             graph, adapter, lambda n: isinstance(n.type, type) and issubclass(n.type, bn_types),
-            lambda n: getattr(n.type, "__name__", str(n.type)), ", ".join(t.__name__ for t in bn_types))
-        watched = [t.watched for t in targets] + ([last.output_name] if last is not None else [])
+            lambda n: getattr(n.type, "__name__", str(n.type)), ", ".join(t.__name__ for t in bn_types), last)
+        watched = list(dict.fromkeys([t.watched for t in targets]
+                                     + ([last.input_name, last.output_name] if last is not None else [])))
         built = build_model(graph, extra_outputs=watched)
         backend = KerasGenerationBackend(built, watched, data_generation_config.optimizer)
         return generate(backend, targets, n_images, size, channels, data_generation_config, seed, last, ignored)

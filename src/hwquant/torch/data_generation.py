@@ -147,7 +147,7 @@ def get_pytorch_data_generation_config(
         output_loss_multiplier: float = PYTORCH_DEFAULTS["output_loss_multiplier"],
         scheduler_type: SchedulerType = SchedulerType.REDUCE_ON_PLATEAU_WITH_RESET,
         bn_alignment_loss_type: BatchNormAlignemntLossType = BatchNormAlignemntLossType.L2_SQUARE,
-        output_loss_type: OutputLossType = OutputLossType.NEGATIVE_MIN_MAX_DIFF,
+        output_loss_type: OutputLossType = PYTORCH_DEFAULTS["output_loss_type"],
         data_init_type: DataInitType = DataInitType.Gaussian,
         layer_weighting_type: BNLayerWeightingType = BNLayerWeightingType.AVERAGE,
         image_granularity: ImageGranularity = ImageGranularity.AllImages,
@@ -156,18 +156,28 @@ def get_pytorch_data_generation_config(
         extra_pixels: Union[int, Tuple[int, int]] = PYTORCH_DEFAULTS["extra_pixels"],
         bn_layer_types: Sequence[Any] = (nn.BatchNorm2d,), last_layer_types: Sequence[Any] = (nn.Linear, nn.Conv2d),
         image_clipping: bool = True) -> DataGenerationConfig:
-    """MCT 2.6.1's PyTorch data-generation configuration, its defaults (n_iter 500 and batches of 32 for MCT's 1500
-    and 256: the run's time and memory grow with both; raise them for the last point of fidelity)."""
+    """MCT 2.6.1's PyTorch data-generation configuration, its defaults but three: n_iter 500 and batches of 32 for
+    MCT's 1500 and 256 (the run's time and memory grow with both; raise them for the last point of fidelity), and
+    an output loss multiplier of 1e-3 for MCT's 1e-5 (measured better: see hwquant.data_generation.config)."""
     return DataGenerationConfig(n_iter, optimizer, data_gen_batch_size, initial_lr, output_loss_multiplier,
                                 image_granularity, scheduler_type, bn_alignment_loss_type, output_loss_type,
                                 data_init_type, layer_weighting_type, image_pipeline_type, image_normalization_type,
                                 extra_pixels, list(bn_layer_types), list(last_layer_types), image_clipping)
 
 
-def _input_channels(model: nn.Module) -> int:
-    """The channels the model's first convolution reads (3 where it has none)."""
+def _input_channels(model: nn.Module, size: Tuple[int, int], device: Any) -> int:
+    """The channels the model's images have: those its first convolution reads where the model runs on them, else 3
+    or 1 (a space-to-depth stem, YOLOX's Focus, makes the first convolution read 12 of 3)."""
     first = next((m for m in model.modules() if isinstance(m, nn.modules.conv._ConvNd)), None)
-    return int(first.in_channels) if first is not None else 3
+    candidates = list(dict.fromkeys(([int(first.in_channels)] if first is not None else []) + [3, 1]))
+    for channels in candidates:
+        try:
+            with torch.no_grad():
+                model(torch.zeros(1, channels, *size, device=device))
+            return channels
+        except Exception:  # (the next candidate; the capture below says what fails)
+            continue
+    return candidates[0]
 
 
 def pytorch_data_generation_experimental(model: nn.Module, n_images: int, output_image_size: Any,
@@ -178,8 +188,8 @@ def pytorch_data_generation_experimental(model: nn.Module, n_images: int, output
     if not isinstance(model, nn.Module):
         raise InvalidConfigError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     size = check_request(n_images, output_image_size, data_generation_config)
-    channels = _input_channels(model)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    channels = _input_channels(model.eval(), size, device)
     try:
         graph = capture(model.eval(), [torch.zeros(2, channels, *size, device=device)])
     except Exception as e:
@@ -194,8 +204,9 @@ def pytorch_data_generation_experimental(model: nn.Module, n_images: int, output
     targets, ignored = batch_norm_targets(
         graph, adapter, lambda n: isinstance(n.call_target, bn_types),
         lambda n: type(n.call_target).__name__ if isinstance(n.call_target, nn.Module) else str(n.call_target),
-        ", ".join(t.__name__ for t in bn_types))
-    watched = [t.watched for t in targets] + ([last.output_name] if last is not None else [])
+        ", ".join(t.__name__ for t in bn_types), last)
+    watched = list(dict.fromkeys([t.watched for t in targets]
+                                 + ([last.input_name, last.output_name] if last is not None else [])))
     built = build_module(graph, extra_outputs=watched).to(device).eval()
     if len(size) == 2:
         built = built.to(memory_format=torch.channels_last)
