@@ -182,3 +182,21 @@ def test_generated_images_feed_gptq_mixed_precision_and_qat():
         with torch.no_grad():
             out = quantized(images)
         assert ((out - reference).norm() / reference.norm()) < 0.3
+
+
+class _Focus(nn.Module):
+    """YOLOX's stem: space to depth (3 channels become 12 at half the size), then a convolution."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(12, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        x = torch.cat([x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2], x[..., 1::2, 1::2]], dim=1)
+        return self.bn(self.conv(x)).mean((2, 3))
+
+
+def test_the_channel_count_is_the_models_not_its_first_convolutions():
+    config = get_pytorch_data_generation_config(n_iter=2, data_gen_batch_size=2, extra_pixels=2)
+    images = pytorch_data_generation_experimental(_Focus().eval(), 2, 16, config)
+    assert [tuple(i.shape) for i in images] == [(1, 3, 16, 16)] * 2
