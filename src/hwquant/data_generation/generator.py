@@ -332,7 +332,7 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
         last_layer.name if last_layer is not None else None, config.image_granularity.name, first_weights,
         fallbacks, final_losses)
     r = images_out.report
-    log.info("generated %d images of %dx%dx%d in %.1f s (%.2f s per image; %.1f MB held per image, peak memory "
+    log.info("generated %d images of %dx%dx%d in %.1f s (%.2f s per image; %.3f MB held per image, peak memory "
              "+%.0f MB); %d batch-norm layers matched%s; output loss %s%s",
              n_images, size[0], size[1], channels, seconds, r.seconds_per_image, r.held_bytes_per_image / 1e6,
              r.peak_memory_growth_bytes / 1e6, len(names),
