@@ -66,3 +66,38 @@ def test_python_m_hwquant_help_explains_every_option():
                    "--measure-fixes", "--zscore", "--degrade-ratio", "--tpc-version", "--device-type", "--html",
                    "--tensorboard"):
         assert option in out
+
+
+def _hwquant(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "hwquant", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_tpc_list_show_export_check(tmp_path):
+    """`hwquant tpc` as a user runs it: the shipped platforms listed, one shown, exported to JSON, the file checked
+    and shown as the same platform; bad names, bad files and unwritable folders: one clear error, exit 2."""
+    listed = _hwquant("tpc", "list")
+    assert listed.returncode == 0 and "imx500:1.0  (default)" in listed.stdout and "tflite:1.0" in listed.stdout
+    shown = _hwquant("tpc", "show", "imx500:4.0")
+    assert shown.returncode == 0
+    assert "W8A8 | W4A8 | W2A8 | W8A16 | W4A16 | W2A16" in next(line for line in shown.stdout.splitlines()
+                                                                 if line.strip().startswith("Conv "))
+    exported = tmp_path / "imx500_4.json"
+    assert _hwquant("tpc", "export", "imx500:4.0", str(exported)).returncode == 0
+    checked = _hwquant("tpc", "check", str(exported))
+    assert checked.returncode == 0 and checked.stdout.startswith(f"valid: {exported}")
+    assert checked.stdout.split("\n", 1)[1] == shown.stdout  # the file is the same platform
+    from hwquant.tpc.serialization import load_target_platform_capabilities
+    assert load_target_platform_capabilities(str(exported)) == mct.get_target_platform_capabilities("4.0", "imx500")
+    runner = CliRunner()
+    for args, message in ((["tpc", "show", "imx501:1.0"], "no target platform 'imx501'"),
+                          (["tpc", "show", "tflite:2.0"], "tflite has no TPC version '2.0'"),
+                          (["tpc", "export", "imx500", str(tmp_path / "missing" / "t.json")], "cannot write into"),
+                          (["tpc", "check", str(tmp_path / "none.json")], "does not exist")):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 2 and message in result.output, (args, result.output)
+    broken = tmp_path / "broken.json"
+    broken.write_text(exported.read_text()[:200])
+    result = runner.invoke(main, ["tpc", "check", str(broken)])
+    assert result.exit_code == 2 and "is not valid JSON" in result.output
+    assert not (tmp_path / "missing").exists()
+    assert runner.invoke(main, ["tpc", "--help"]).exit_code == 0
