@@ -61,22 +61,19 @@ def batch_norm_targets(graph: Graph, adapter: Any, is_configured_type: Callable[
     """The batch norms the images match (of the configured types), each folded into the layer before it where it
     folds, and {batch norm: why it is not used} for the others. Folds ``graph`` in place: build the model from it
     afterwards (``last_layer``'s input follows a folded batch norm's new name)."""
-    targets, ignored = [], {}
+    targets, ignored, scales = [], {}, {}
     for node in graph:
         params = adapter.batch_norm_params(node)
         if params is None:
             continue
-        if is_configured_type(node):
-            targets.append(BatchNormTarget(node.name, node.inputs[0], np.asarray(params.mean, np.float64),
-                                           np.asarray(params.var, np.float64)))
-        else:
+        if not is_configured_type(node):
             ignored[node.name] = f"a {type_name(node)}, not among bn_layer_types ({configured})"
-    scales = {}
-    for t in targets:
-        params = adapter.batch_norm_params(graph.node(t.name))
-        scale = np.asarray(params.gamma, np.float64) / np.sqrt(np.asarray(params.var, np.float64) + params.eps)
+            continue
+        var = np.asarray(params.var, np.float64)
+        targets.append(BatchNormTarget(node.name, node.inputs[0], np.asarray(params.mean, np.float64), var))
+        scale = np.asarray(params.gamma, np.float64) / np.sqrt(var + params.eps)
         if np.min(np.abs(scale)) >= MIN_FOLDED_SCALE:
-            scales[t.name] = (scale, np.asarray(params.beta, np.float64))
+            scales[node.name] = (scale, np.asarray(params.beta, np.float64))
     layers = {t.watched: t.name for t in targets if t.name in scales}  # follows the layers' renaming
     fold_batch_norms(graph, adapter, layers, only=lambda bn: bn.name in scales)
     for layer, bn in layers.items():
@@ -275,14 +272,13 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
             images = backend.images(initial_values(config.data_init_type, shape, backend.channel_axis, rng))
             states.append(_BatchState(images, backend.optimizer(images, config.initial_lr),
                                       LearningRateSchedule(config.scheduler_type, config.initial_lr, config.n_iter),
-                                      config.initial_lr, counts[b]))
+                                      counts[b]))
         held: Dict[int, Dict[str, Tuple[np.ndarray, np.ndarray]]] = {}
         if all_images and len(states) > 1:  # every batch's statistics, before any step
             for j, state in enumerate(states):
                 _, tensors = backend.run(backend.transform(state.images, False, None, size, augment, low, high))
-                for t in targets:
-                    mean, second = losses.batch_stats(backend.ops, tensors[t.watched], backend.channel_axis, False)
-                    held.setdefault(j, {})[t.name] = (backend.ops.numpy(mean), backend.ops.numpy(second))
+                held[j] = _detached(backend.ops, {t.name: losses.batch_stats(
+                    backend.ops, tensors[t.watched], backend.channel_axis, False) for t in targets})
         weights = _weights(backend, config, targets, states[0].images, size, augment, low, high) if targets else {}
         first_weights = first_weights or weights
         desc = ("data generation" if len(groups) == 1 else f"data generation, batch {group[0] + 1}/{len(groups)}")
@@ -297,7 +293,7 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
                 def loss(x, flip=flip, crop=crop, state=state, others=others, seen=seen, weights=weights):
                     x = backend.transform(x, flip, crop, size, augment, low, high)
                     outputs, tensors = backend.run(x)
-                    feature = (_spatial_mean(backend.ops, tensors[last_layer.input_name], backend.channel_axis)
+                    feature = (losses.spatial_mean(backend.ops, tensors[last_layer.input_name], backend.channel_axis)
                                if last_layer is not None and output_kind == OutputLossType.REGULARIZED_MIN_MAX_DIFF
                                else None)
                     total: Any = losses.output_loss(
@@ -314,11 +310,10 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
                             second = (second * state.count + backend.ops.constant(second_sum, second)) / total_count
                         total = total + weights[t.name] * t.loss(backend.ops, mean, second)
                     return total
-                value = backend.step(state.images, state.optimizer, loss, state.lr)
-                state.lr = state.schedule.step(value)
-                state.loss = value
+                state.loss = backend.step(state.images, state.optimizer, loss, state.schedule.lr)
+                state.schedule.step(state.loss)
                 if held:
-                    held[j] = {name: (backend.ops.numpy(m), backend.ops.numpy(s2)) for name, (m, s2) in seen.items()}
+                    held[j] = _detached(backend.ops, seen)
         for state in states:
             final_losses.append(float(state.loss))
             images_out += backend.finalize(backend.transform(state.images, False, None, size, augment, low, high))
@@ -346,10 +341,14 @@ def generate(backend: GenerationBackend, targets: Sequence[BatchNormTarget], n_i
 class _BatchState:
     images: Any
     optimizer: Any
-    schedule: LearningRateSchedule
-    lr: float
+    schedule: LearningRateSchedule   # (its .lr is the rate of the batch's next step)
     count: int
     loss: float = float("nan")
+
+
+def _detached(ops: losses.TensorOps, stats: Dict[str, Tuple[Any, Any]]) -> Dict[str, Tuple[np.ndarray, np.ndarray]]:
+    """A batch's (mean, second moment) per batch norm, detached, held for the other batches' steps (AllImages)."""
+    return {name: (ops.numpy(mean), ops.numpy(second)) for name, (mean, second) in stats.items()}
 
 
 def _others(held: Dict[int, Dict[str, Tuple[np.ndarray, np.ndarray]]], j: int,
@@ -360,12 +359,6 @@ def _others(held: Dict[int, Dict[str, Tuple[np.ndarray, np.ndarray]]], j: int,
         out[name] = (sum(held[k][name][0] * states[k].count for k in held if k != j),
                      sum(held[k][name][1] * states[k].count for k in held if k != j))
     return out
-
-
-def _spatial_mean(ops: losses.TensorOps, tensor: Any, channel_axis: int) -> Any:
-    """Each image's mean over the spatial axes (a row of channels; a flat tensor as it is)."""
-    rank = len(tensor.shape)
-    return tensor if rank == 2 else ops.mean(tensor, [a for a in range(1, rank) if a != channel_axis % rank])
 
 
 def _weights(backend: GenerationBackend, config: DataGenerationConfig, targets: Sequence[BatchNormTarget],

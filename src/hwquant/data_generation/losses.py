@@ -102,6 +102,12 @@ def batch_stats(ops: TensorOps, x: Any, channel_axis: int, per_image: bool) -> T
     return ops.moments(x, axes)
 
 
+def spatial_mean(ops: TensorOps, x: Any, channel_axis: int) -> Any:
+    """Each image's mean over the spatial axes (a row of channels per image; a flat tensor as it is)."""
+    rank = len(x.shape)
+    return x if rank == 2 else ops.mean(x, [a for a in range(1, rank) if a != channel_axis % rank])
+
+
 def bn_alignment(ops: TensorOps, mean: Any, second_moment: Any, running_mean: np.ndarray, running_var: np.ndarray,
                  eps: float = EPS, folded_scale: Optional[np.ndarray] = None,
                  folded_shift: Optional[np.ndarray] = None) -> Any:
@@ -172,10 +178,7 @@ def output_loss(ops: TensorOps, kind: OutputLossType, outputs: Sequence[Any], la
     if kind == OutputLossType.REGULARIZED_MIN_MAX_DIFF:
         if last_layer is None or last_output is None:
             raise ValueError("REGULARIZED_MIN_MAX_DIFF needs the last linear layer")
-        out = last_output
-        if len(out.shape) > 2:  # a convolution: each unit's spatial mean
-            rank = len(out.shape)
-            out = ops.mean(out, [a for a in range(1, rank) if a != channel_axis % rank])
+        out = spatial_mean(ops, last_output, channel_axis)  # (a convolution: each unit's spatial mean)
         high, low = ops.amax(out, 1), ops.amin(out, 1)
         dynamic = 1.0 / (high - low + EPS)
         if last_input_feature is None:
