@@ -133,6 +133,12 @@ def imagenet_style_crops(images, n: int, seed: int, size: int = 224,
     than torchvision's 0.08 so that crops still show recognisable objects. Horizontal flip p=0.5.
     Deterministic for a given seed (numpy Generator, no global state).
     """
+    return torch.stack([_to_normalised_tensor(c) for c in random_resized_crops(images, n, seed, size, scale, ratio)])
+
+
+def random_resized_crops(images, n: int, seed: int, size: int = 224,
+                         scale=(0.25, 1.0), ratio=(3 / 4, 4 / 3)) -> list:
+    """The crops of `imagenet_style_crops` as PIL images."""
     from PIL import Image
 
     rng = np.random.default_rng(seed)
@@ -156,8 +162,8 @@ def imagenet_style_crops(images, n: int, seed: int, size: int = 224,
         crop = img.crop(box).resize((size, size), Image.BILINEAR)
         if rng.uniform() < 0.5:
             crop = crop.transpose(Image.FLIP_LEFT_RIGHT)
-        out.append(_to_normalised_tensor(crop))
-    return torch.stack(out)
+        out.append(crop)
+    return out
 
 
 def calibration_and_eval_sets(n_calib: int = 192, n_eval: int = 490, seed: int = 0):
@@ -174,6 +180,22 @@ def calibration_and_eval_sets(n_calib: int = 192, n_eval: int = 490, seed: int =
     calib = imagenet_style_crops(cal_imgs, n_calib, seed=10_000 + seed)
     evals = imagenet_style_crops(eval_imgs, n_eval, seed=20_000 + seed)
     return calib, evals
+
+
+def write_image_folders(dest: Path, n_calib: int = 192, n_eval: int = 256, size: int = 256, seed: int = 0) -> Path:
+    """The main job's images as files: `dest/calibration` and `dest/evaluation`, crops (size x size JPEGs)
+    of disjoint source photos, split as `calibration_and_eval_sets` splits them. Read them with
+    `hwquant quantize --preset imagenet` (short side 256, centre crop 224)."""
+    images = natural_images()
+    order = np.random.default_rng(seed).permutation(len(images))
+    n_cal_imgs = min(len(images) - 1, max(1, round(len(images) * n_calib / (n_calib + n_eval))))
+    for name, sources, n, crop_seed in (("calibration", order[:n_cal_imgs], n_calib, 10_000 + seed),
+                                        ("evaluation", order[n_cal_imgs:], n_eval, 20_000 + seed)):
+        folder = dest / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, crop in enumerate(random_resized_crops([images[j] for j in sources], n, crop_seed, size)):
+            crop.save(folder / f"{name}_{i:04d}.jpg", quality=95)
+    return dest
 
 
 def _read_idx_gz(path: Path) -> np.ndarray:

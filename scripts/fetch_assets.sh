@@ -40,4 +40,8 @@ rm -rf "$ASSETS/deb/usr/share/doc/opencv-doc/opencv4"  # 240 MB of HTML docs; on
 if ! "$VPY" -c "import PIL, skimage, onnx, onnxruntime, onnxscript" 2>/dev/null; then
     "$VPY" -m pip install --quiet pillow scikit-image onnx onnxruntime onnxscript
 fi
+# The main job's images as files (crops of the photos above: calibration and evaluation from disjoint photos).
+if [ ! -f "$ASSETS/images/evaluation/evaluation_0255.jpg" ]; then
+    "$VPY" -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from benchmarks.assets import write_image_folders; write_image_folders(Path('$ASSETS/images'))"
+fi
 echo "assets ready in $ASSETS"

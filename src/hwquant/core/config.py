@@ -548,6 +548,10 @@ class UserInformation:
     mixed_precision_bit_widths: Optional[Dict[str, Any]] = None
     # hwquant's own: {layer name: "<type>: why"} of every layer whose weights all stay float
     float_layers: Dict[str, str] = field(default_factory=dict)
+    # hwquant's own, always set: the quantized model's figures (weights / activation / total memory in bytes,
+    # BOPs), and the same weights and activation tensors' memory kept as float32
+    resource_utilization: Optional[ResourceUtilization] = None
+    float_resource_utilization: Optional[ResourceUtilization] = None
 
     def set_input_scale(self, scale: float) -> None:
         self.input_scale = scale

@@ -23,13 +23,19 @@ def check_target(target: Optional[ResourceUtilization]) -> None:
 
 def user_information(state: Any, adapter: Any) -> UserInformation:
     """What a quantization run reports: resource utilization, mixed-precision choice, input scale."""
-    from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+    from hwquant.core.resource_utilization import (compute_resource_utilization, final_config,
+                                                   float_weights_and_activations)
 
     info = UserInformation()
+    final = compute_resource_utilization(state.graph, final_config, adapter)
+    info.resource_utilization = final
+    weights, activations = float_weights_and_activations(state.graph, final_config, adapter)
+    info.float_resource_utilization = ResourceUtilization(weights_memory=weights, activation_memory=activations,
+                                                          total_memory=weights + activations)
     target = getattr(state, "target", None)
     if target is not None and target.is_any_restricted():
         # MCT's report: the figures of the restricted targets, the others left unset (inf); no target, None
-        figures = compute_resource_utilization(state.graph, final_config, adapter).get_resource_utilization_dict()
+        figures = final.get_resource_utilization_dict()
         info.final_resource_utilization = ResourceUtilization(**{
             RU_FIELDS[t]: figures[t] for t in target.get_restricted_targets()})
     report = state.report

@@ -63,6 +63,13 @@ class ArrayNamespace:
     def reshape(self, p, shape):
         return self.ops.reshape(p, shape)
 
+    def dequantized_in_place(self, units, zero_point, qmin: float, qmax: float, scale):
+        """``(clip(round(units) + zero_point, qmin, qmax) - zero_point) * scale`` computed in ``units``' own
+        memory (a fresh array the caller owns; zero_point None for 0), or None where the library cannot
+        or should not (autograd needs the intermediates): the caller then takes the step-by-step path,
+        which gives the same values."""
+        return None
+
     def round(self, x):
         return self.ops.round(x)
 
@@ -349,7 +356,12 @@ def fake_quantize(x, grid: Union[AffineGrid, "LutGrid"]):
     if isinstance(grid, LutGrid):
         return lut_fake_quantize(x, grid)
     namespace, x, out = _prepare(x)
-    return namespace.cast(dequantize(quantize(x, grid), grid), out)
+    scale, zero_point = _affine_params(grid, x)
+    # the same operations in one buffer where the library allows it (inference: big activations are
+    # then not allocated five times over)
+    fused = namespace.dequantized_in_place(x / scale, None if _zero_point_is_zero(grid) else zero_point,
+                                           grid.qmin, grid.qmax, scale)
+    return namespace.cast(dequantize(quantize(x, grid), grid) if fused is None else fused, out)
 
 
 def fake_quantize_with_bounds(x, scale, zero_point, qmin, qmax):

@@ -203,6 +203,19 @@ def bops(graph: Graph, config_of: ConfigOf, kernel_axes: Callable[[Node], Option
     return total
 
 
+def float_weights_and_activations(graph: Graph, config_of: ConfigOf, adapter) -> Tuple[float, float]:
+    """(weights, activation memory) in bytes of the same tensors `compute_resource_utilization` counts under
+    `config_of`, kept as float32: what the quantized figures save against."""
+    paddings = padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)
+    weights = 0.0
+    for node in graph:
+        cfg = config_of(node)
+        attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
+        weights += sum(w.size * FLOAT_BITWIDTH / 8 for key, w in node.weights.items()
+                       if attrs.get(key) is not None and attrs[key].enable_weights_quantization)
+    return weights, activation_memory(graph, lambda node: None, paddings)
+
+
 def compute_resource_utilization(graph: Graph, config_of: ConfigOf, adapter) -> ResourceUtilization:
     """All four figures; `adapter` (the framework adapter) says where kernels and their channels are, and
     which nodes are zero paddings."""

@@ -33,6 +33,14 @@ class TorchNamespace(quant_math.ArrayNamespace):
     def astype(self, x, dtype: str):
         return x.to(getattr(torch, dtype))
 
+    def dequantized_in_place(self, units, zero_point, qmin: float, qmax: float, scale):
+        if torch.is_grad_enabled():  # autograd keeps the intermediates: the step-by-step path
+            return None
+        units.round_()
+        if zero_point is None:
+            return units.clamp_(qmin, qmax).mul_(scale)
+        return units.add_(zero_point).clamp_(qmin, qmax).sub_(zero_point).mul_(scale)
+
     def stop_gradient(self, x):
         return x.detach()
 

@@ -247,7 +247,10 @@ class PytorchQuantizationWrapper(_MctqWrapper):
         w_grid = _grid_on(wq, x.device)
         w_int, w_quantized = self._integer_weights(wq, w_grid)
         self.set_quantize_weights({"weight": w_quantized})  # what a call leaves in the layer, as on the float path
-        x_int = quant_math.integers_on_grid(x.float(), input_scale)  # x = (q - zp) * s exactly: this is q - zp
+        inference = not torch.is_grad_enabled()  # then fresh intermediates are worked on in place
+        # x = (q - zp) * s exactly: this is q - zp
+        x_int = (x.float() / input_scale.to(x.device)).round_() if inference else \
+            quant_math.integers_on_grid(x.float(), input_scale)
         acc = _accumulate(kernel, x_int, w_int)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
         scale = input_scale.float() * w_scale.float()
@@ -263,9 +266,11 @@ class PytorchQuantizationWrapper(_MctqWrapper):
             b = on_grid[0].reshape(shape)
             # float32(acc + b) either way: a float32 sum of exact integers rounds once, like the
             # float64 sum then its float32 rounding (b itself exact in float32 below 2**24)
-            acc = acc + b.float() if acc.dtype == torch.float32 and float(b.abs().max()) < _F32_EXACT \
-                else acc.double() + b
-        return acc.float() * scale.reshape(shape)
+            if acc.dtype == torch.float32 and float(b.abs().max()) < _F32_EXACT:
+                acc = acc.add_(b.float()) if inference else acc + b.float()
+            else:
+                acc = acc.double() + b
+        return acc.float().mul_(scale.reshape(shape)) if inference else acc.float() * scale.reshape(shape)
 
     def _integer_weights(self, wq: Any, grid: quant_math.AffineGrid) -> Tuple[torch.Tensor, torch.Tensor]:
         """``q_w - zp_w`` (float32, exact) and the fake-quantized kernel, cached until the weights or
@@ -315,19 +320,20 @@ _F32_EXACT = 2.0 ** 24  # integers up to here are exact in float32, whatever the
 
 
 def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor) -> torch.Tensor:
-    """The exact integer accumulator: float32 kernels where every partial sum stays below 2**24 (a
-    bound from the largest |x| and |w| and the terms per output; the result float32, exact), else x
+    """The exact integer accumulator: float32 kernels where every partial sum stays below 2**24, else x
     split into its high and low 4 bits (two float32 passes), else float64 (those two give float64);
-    always float64 on CUDA (TF32 would round)."""
+    always float64 on CUDA (TF32 would round). The bound: any partial sum of an output, in any order, is
+    at most max|x| times the sum of that output's |w| (far below terms x max|w| for real kernels, so most
+    layers take the single float32 pass)."""
     if x_int.is_cuda:
         return kernel(x_int.double(), w_int.double())
-    terms, w_max = w_int[0].numel(), float(w_int.abs().max())
-    x_max = float(x_int.abs().max()) if x_int.numel() else 0.0
-    if terms * x_max * w_max < _F32_EXACT:
+    w_sum = float(w_int.abs().flatten(1).sum(1).max()) if w_int.numel() else 0.0
+    x_max = max(abs(float(v)) for v in torch.aminmax(x_int)) if x_int.numel() else 0.0  # no |x| copy
+    if x_max * w_sum < _F32_EXACT:
         return kernel(x_int, w_int)
     high = torch.floor(x_int / 16)
     low = x_int - 16 * high
-    if terms * max(float(high.abs().max()), 15.0) * w_max < _F32_EXACT:
+    if max(float(high.abs().max()), 15.0) * w_sum < _F32_EXACT:
         return 16 * kernel(high, w_int).double() + kernel(low, w_int).double()
     return kernel(x_int.double(), w_int.double())
 

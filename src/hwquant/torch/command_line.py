@@ -1,0 +1,128 @@
+"""The command line's PyTorch adapter (contract: hwquant.cli.frameworks.CommandLineAdapter): read a model
+file, run a model on numpy batches, export and read back the files the suffix of --out asks for."""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from hwquant.errors import HwquantError
+
+NAME = "pytorch"
+CHANNELS_LAST = False
+# what each --out suffix writes (the .pt file reloads with mct.exporter.load_quantized_model)
+EXPORTS: Dict[str, str] = {".onnx": "ONNX (mct_quantizers ops for the IMX500; --format qdq for QuantizeLinear / "
+                                    "DequantizeLinear)",
+                           ".pt": "the quantized model, saved by hwquant (reload: mct.exporter.load_quantized_model)",
+                           ".torchscript": "TorchScript with fake quantization"}
+
+
+class ModelFileError(HwquantError, ValueError):
+    """A model file that cannot be read as a PyTorch model (the message says what it holds and what to pass)."""
+
+
+def is_model(obj: Any) -> bool:
+    return isinstance(obj, torch.nn.Module)
+
+
+def _is_torchscript(path: str) -> bool:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return any(n.split("/", 1)[-1].startswith("code/") for n in z.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def load_model(path: str) -> torch.nn.Module:
+    """A float model from a file: a torch.export program (.pt2), TorchScript, or a whole pickled module
+    (torch.save(model, path); loading it runs its pickled code: the user's own files only)."""
+    if path.endswith(".pt2"):
+        try:
+            return torch.export.load(path).module()
+        except Exception as e:  # a truncated or foreign file
+            raise ModelFileError(f"'{path}' is not a readable torch.export program (.pt2 written by "
+                                 f"torch.export.save): {type(e).__name__}: {e}") from None
+    if _is_torchscript(path):
+        return torch.jit.load(path, map_location="cpu").eval()
+    try:
+        model = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise ModelFileError(f"'{path}' is not a readable PyTorch file ({type(e).__name__}: {e})") from None
+    if isinstance(model, dict) and model.get("format", "").startswith("hwquant"):
+        raise ModelFileError(f"'{path}' is a model quantized by hwquant already: pass the float model (use "
+                             "`hwquant export` to write it in another format)")
+    if not isinstance(model, torch.nn.Module):
+        raise ModelFileError(f"'{path}' holds a {type(model).__name__}, not a torch.nn.Module (a state dict needs "
+                             "its model class: pass 'package.module:function' returning the model instead)")
+    return model.eval()
+
+
+def load_quantized(path: str) -> torch.nn.Module:
+    from hwquant.torch.saved_model import load_quantized_model
+    return load_quantized_model(path)
+
+
+def _outputs(out: Any) -> List[np.ndarray]:
+    """A model's outputs as float numpy arrays, in order (nested tuples / lists / dicts flattened)."""
+    if isinstance(out, torch.Tensor):
+        return [out.detach().cpu().float().numpy()]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [a for o in out for a in _outputs(o)]
+    return []
+
+
+def predict(model: Any, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    device = next((p.device for p in model.parameters()), torch.device("cpu")) if hasattr(model, "parameters") \
+        else torch.device("cpu")
+    with torch.no_grad():
+        return _outputs(model(*[torch.from_numpy(np.ascontiguousarray(a)).to(device) for a in inputs]))
+
+
+def export(model: Any, path: str, representative_dataset: Callable[[], Any], fmt: str) -> Path:
+    """Write `model` (quantized by hwquant) to `path` in the format its suffix names (EXPORTS)."""
+    from hwquant.exporter import PytorchExportSerializationFormat as S
+    from hwquant.exporter import QuantizationFormat as Q
+    from hwquant.torch.export import pytorch_export_model
+    from hwquant.torch.saved_model import save_quantized_model
+
+    suffix = Path(path).suffix
+    if suffix == ".pt":
+        return save_quantized_model(model, path)
+    quantization = {"mctq": Q.MCTQ, "qdq": Q.FAKELY_QUANT, "int8": Q.INT8}[fmt]
+    if suffix == ".torchscript":
+        quantization = Q.FAKELY_QUANT
+    serialization = S.ONNX if suffix == ".onnx" else S.TORCHSCRIPT
+    return pytorch_export_model(model, path, representative_dataset, serialization_format=serialization,
+                                quantization_format=quantization)
+
+
+def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+    """The outputs of an exported file run as deployed: ONNX in ONNX Runtime (MCTQ ops lowered to standard
+    ones), TorchScript in torch.jit, a saved hwquant model rebuilt."""
+    if path.endswith(".onnx"):
+        from hwquant.exporter.onnx_runtime import mctq_inference_session
+        session = mctq_inference_session(path)
+        names = [i.name for i in session.get_inputs()]
+        return [np.asarray(o, dtype=np.float32) for o in session.run(None, dict(zip(names, inputs)))]
+    if path.endswith(".torchscript") or _is_torchscript(path):
+        return predict(torch.jit.load(path, map_location="cpu"), inputs)
+    return predict(load_quantized(path), inputs)
+
+
+def quantized_layers(model: Any) -> List[str]:
+    """The names of the layers whose weights the quantized model quantizes."""
+    from mct_quantizers import PytorchQuantizationWrapper
+    return [name for name, m in model.named_modules() if isinstance(m, PytorchQuantizationWrapper)]
+
+
+def export_problem(suffix: str) -> Optional[str]:
+    """Why this process cannot write a `suffix` file (said before any long work), or None."""
+    import importlib.util
+    if suffix == ".onnx" and not (importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime")):
+        return "ONNX export needs onnx and onnxruntime: pip install \"hwquant[onnx]\""
+    return None
