@@ -105,6 +105,8 @@ def test_tpc_list_show_export_check(tmp_path):
 
 # ---- hwquant quantize / export / check, as a user runs them -------------------------------------------------
 TESTS = __import__("pathlib").Path(__file__).parent
+needs_torch = pytest.mark.skipif(__import__("importlib").util.find_spec("torch") is None,
+                                 reason="the PyTorch command-line cases need torch (this venv runs Keras only)")
 
 
 def _images(folder, n=24, size=(16, 16), seed=0, mixed=False):
@@ -123,6 +125,7 @@ def _cli(*args, cwd=TESTS, env=None):
                           cwd=cwd, env={**os.environ, **(env or {})})
 
 
+@needs_torch
 def test_quantize_a_torch_model_from_an_image_folder_then_export_and_check(tmp_path):
     """The whole job from files: a model factory and a folder of images in; the MCTQ ONNX file, the summary
     (what was quantized, time, memory against float, held-out SQNR and agreement) out; then the saved model
@@ -152,6 +155,7 @@ def test_quantize_a_torch_model_from_an_image_folder_then_export_and_check(tmp_p
         assert "against the simulated model" in compared.stdout and "agrees" in compared.stdout
 
 
+@needs_torch
 def test_quantize_reads_arrays_and_batches_and_measures_mixed_precision(tmp_path):
     """.npz data with --val-data, 'module:callable' batches, a weights-memory target (met, said), and the
     comparison failing loudly (exit 1) when the file is not the model's."""
@@ -172,24 +176,32 @@ def test_quantize_reads_arrays_and_batches_and_measures_mixed_precision(tmp_path
 
 
 def test_quantize_a_keras_file(tmp_path):
-    """A .keras file in, a quantized .keras file out (Keras on the torch backend here), checked."""
+    """A .keras file in, a quantized .keras file out, checked; on the TensorFlow backend also the fully integer
+    .tflite file, run by the TFLite interpreter and checked against the simulated model."""
     keras = pytest.importorskip("keras")
-    if keras.backend.backend() != "torch":
-        pytest.skip("the subprocess runs Keras on its torch backend")
+    backend = {"KERAS_BACKEND": keras.backend.backend()}
     inputs = keras.Input((16, 16, 3))
     x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(inputs)
     x = keras.layers.GlobalAveragePooling2D()(x)
     keras.Model(inputs, keras.layers.Dense(4)(x)).save(tmp_path / "float.keras")
     images = _images(tmp_path / "images", n=16)
     run = _cli("quantize", tmp_path / "float.keras", "--data", images, "--out", tmp_path / "q.keras", "-q",
-               env={"KERAS_BACKEND": "torch"})
+               "--tpc", "tflite", env=backend)
     assert run.returncode == 0, run.stderr
-    assert "(keras) for imx500_tpc: 2 layers' weights quantized" in run.stdout
-    checked = _cli("check", tmp_path / "q.keras", tmp_path / "q.keras", "--data", images,
-                   env={"KERAS_BACKEND": "torch"})
+    assert "(keras) for tflite_tpc: 2 layers' weights quantized" in run.stdout
+    checked = _cli("check", tmp_path / "q.keras", tmp_path / "q.keras", "--data", images, env=backend)
+    assert checked.returncode == 0 and "agrees" in checked.stdout, checked.stdout + checked.stderr
+    tflite = _cli("export", tmp_path / "q.keras", tmp_path / "q.tflite", env=backend)
+    if backend["KERAS_BACKEND"] != "tensorflow":
+        assert tflite.returncode == 2 and "TensorFlow backend" in tflite.stderr, tflite.stderr
+        return
+    assert tflite.returncode == 0, tflite.stderr
+    checked = _cli("check", tmp_path / "q.tflite", tmp_path / "q.keras", "--data", images, "--min-sqnr", "25",
+                   env=backend)
     assert checked.returncode == 0 and "agrees" in checked.stdout, checked.stdout + checked.stderr
 
 
+@needs_torch
 @pytest.mark.parametrize("case", ["missing model", "unreadable model", "no images", "mixed sizes", "bad tpc",
                                   "unwritable folder", "bad suffix", "onnx model", "bits the chip lacks",
                                   "holdout takes all"])
@@ -236,6 +248,7 @@ def test_every_command_explains_itself():
     assert "--weights-memory" in CliRunner().invoke(main, ["quantize", "--help"]).output
 
 
+@needs_torch
 def test_progress_bars_show_on_a_terminal(tmp_path):
     """Under a pseudo-terminal (as a person runs it) the long stages draw progress bars; --quiet draws none."""
     import os

@@ -31,7 +31,7 @@ def _input_batch(shape: str) -> List[np.ndarray]:
     return [np.zeros(dims, np.float32)]
 
 
-@click.command()
+@click.command(short_help="Write a saved quantized model in another format.")
 @click.argument("quantized_model")
 @click.argument("out")
 @click.option("--format", "fmt", type=click.Choice(["mctq", "qdq", "int8"]), default="mctq", show_default=True,
@@ -101,7 +101,7 @@ def imx500_checks(path: str, run_converter: bool) -> Tuple[List[str], List[str]]
     return problems, notes
 
 
-@click.command()
+@click.command(short_help="Check an exported file against the simulated model and the IMX500 rules.")
 @click.argument("exported")
 @click.argument("quantized_model", required=False)
 @click.option("--data", "data_spec", metavar="DATA",

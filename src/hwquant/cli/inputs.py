@@ -152,10 +152,13 @@ def _checked(arrays: List[np.ndarray], source: str, what: str) -> List[np.ndarra
     return [a.astype(np.float32) if a.dtype.kind == "f" else a for a in arrays]
 
 
-def batches(arrays: Sequence[np.ndarray], batch_size: int, labels: bool = False) -> Callable[[], Any]:
-    """A representative-dataset callable over the arrays (xquant's validation sets take (inputs, labels))."""
+def batches(arrays: Sequence[np.ndarray], batch_size: int, labels: bool = False,
+            whole_only: bool = False) -> Callable[[], Any]:
+    """A representative-dataset callable over the arrays (xquant's validation sets take (inputs, labels));
+    `whole_only`: the last, partial batch left out (a model that takes one batch size only)."""
     def gen():
-        for start in range(0, len(arrays[0]), batch_size):
+        end = len(arrays[0]) - (len(arrays[0]) % batch_size if whole_only else 0)
+        for start in range(0, end, batch_size):
             inputs = [a[start:start + batch_size] for a in arrays]
             yield (inputs, None) if labels else inputs
     return gen
@@ -220,25 +223,27 @@ def load_images(folder: str, options: ImageOptions, channels_last: bool) -> np.n
     (N, H, W, C). Images of different sizes need --resize / --size / --crop (or a --preset)."""
     files = image_files(folder)
     first = _image(files[0], options)
-    first_size, out = first.shape, np.empty((len(files), *first.shape), np.uint8)
+    first_size = first.shape
+    channels = 1 if first.ndim == 2 else first.shape[-1]
+    mean = np.asarray(options.mean * (channels if len(options.mean) == 1 else 1), np.float32)
+    std = np.asarray(options.std * (channels if len(options.std) == 1 else 1), np.float32)
+    if len(mean) != channels or len(std) != channels:
+        raise click.BadParameter(f"--mean / --std give {len(mean)} / {len(std)} values for {channels}-channel images",
+                                 param_hint="--mean")
+    h, w = first.shape[:2]
+    out = np.empty((len(files), h, w, channels) if channels_last else (len(files), channels, h, w), np.float32)
     for i, path in enumerate(progress(files, "Reading images")):
         pixels = first if i == 0 else _image(path, options)
         if pixels.shape != first_size:
             raise click.BadParameter(
                 f"images differ in size: '{files[0].name}' is {_wxh(first_size)}, '{path.name}' {_wxh(pixels.shape)}; "
                 "give --resize N (short side) with --crop N, --size WxH, or --preset imagenet", param_hint="--data")
-        out[i] = pixels
-    x = out.astype(np.float32)
-    if x.ndim == 3:  # grayscale: one channel
-        x = x[..., None]
-    channels = x.shape[-1]
-    mean = np.asarray(options.mean * (channels if len(options.mean) == 1 else 1), np.float32)
-    std = np.asarray(options.std * (channels if len(options.std) == 1 else 1), np.float32)
-    if len(mean) != channels or len(std) != channels:
-        raise click.BadParameter(f"--mean / --std give {len(mean)} / {len(std)} values for {channels}-channel images",
-                                 param_hint="--mean")
-    x = (x * np.float32(options.scale) - mean) / std
-    return x if channels_last else np.ascontiguousarray(x.transpose(0, 3, 1, 2))
+        x = pixels.reshape(h, w, channels).astype(np.float32)  # one image at a time: no full-size temporaries
+        x *= np.float32(options.scale)
+        x -= mean
+        x /= std
+        out[i] = x if channels_last else x.transpose(2, 0, 1)
+    return out
 
 
 def _wxh(shape: Tuple[int, ...]) -> str:

@@ -132,7 +132,7 @@ def _memory_line(label: str, quantized: float, float_: float, target: Optional[f
     return line
 
 
-@click.command()
+@click.command(short_help="Quantize a model for a target platform; write the deployable file.")
 @click.argument("model")
 @click.option("--data", "data_spec", required=True, metavar="DATA",
               help="Representative inputs: a folder of images (see the image options), a .npy / .npz file (one array "
@@ -220,6 +220,20 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
         calibration, heldout = split_holdout(arrays, holdout)
     else:
         calibration, heldout = arrays, []
+    notes: List[str] = []
+    fixed = fw.fixed_batch_size(float_model)
+    if fixed is not None:
+        if len(calibration[0]) < fixed:
+            raise click.BadParameter(f"the model takes batches of exactly {fixed} samples (exported with a fixed "
+                                     f"batch) and --data holds {len(calibration[0])} for calibration; export it with "
+                                     "a free batch (torch.export's dynamic_shapes) or give more data",
+                                     param_hint="MODEL")
+        notes.append(f"the model takes batches of exactly {fixed} samples (exported with a fixed batch): it ran in "
+                     f"batches of {fixed}, the samples beyond the last whole batch left out")
+        stage("note: " + notes[-1])
+        batch_size = fixed
+        calibration = [a[:len(a) - len(a) % fixed] for a in calibration]
+        heldout = [a[:len(a) - len(a) % fixed] for a in heldout] if heldout and len(heldout[0]) >= fixed else []
     representative = batches(calibration, batch_size)
 
     prefix = fw.NAME
@@ -265,6 +279,11 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
                 xconfig)
     except HwquantError as e:
         raise click.ClickException(str(e)) from e
+    except Exception as e:  # noqa: BLE001 - the model's or a library's own failure: one line, the traceback on request
+        if os.environ.get("HWQUANT_DEBUG"):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise click.ClickException(f"{type(e).__name__}: {first} (set HWQUANT_DEBUG=1 for the traceback)") from e
 
     layers = fw.quantized_layers(quantized)
     lines = [f"{type(float_model).__name__} ({fw.NAME}) for {tpc.name}: {len(layers)} layers' weights quantized, "
@@ -295,4 +314,5 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
     lines.append(f"{'wrote':13s}{written} ({_mb(os.path.getsize(written))})")
     if report_dir is not None:
         lines.append(f"{'report':13s}{os.path.join(report_dir, 'report.html')}")
+    lines += [f"{'note':13s}{note}" for note in notes]
     click.echo("\n".join(lines))

@@ -11,7 +11,7 @@ from hwquant.cli.inputs import batches, framework_of_file, load_arrays, load_flo
 from hwquant.errors import HwquantError
 
 
-@click.command()
+@click.command(short_help="The troubleshooting report: which layers lose accuracy, and fixes.")
 @click.argument("float_model")
 @click.argument("quantized_model")
 @click.option("--data", "data_path", required=True, metavar="FILE",

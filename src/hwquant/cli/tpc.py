@@ -7,7 +7,7 @@ from typing import Any, List
 import click
 
 
-@click.group()
+@click.group(short_help="The target platforms: list, show, export, check.")
 def tpc() -> None:
     """The target platforms (TPC): list the shipped ones, show one, export one to JSON, check a JSON file."""
 

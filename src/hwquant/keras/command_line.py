@@ -87,3 +87,10 @@ def export_problem(suffix: str) -> Optional[str]:
         return (f"a .tflite file needs Keras' TensorFlow backend (this process runs '{keras.backend.backend()}'): "
                 "run with KERAS_BACKEND=tensorflow")
     return None
+
+
+def fixed_batch_size(model: Any) -> Optional[int]:
+    """The batch size the model's inputs were declared with (keras.Input(batch_size=...)), None where it is free."""
+    sizes = {tuple(t.shape)[0] for t in model.inputs if len(t.shape)}
+    size = sizes.pop() if len(sizes) == 1 else None
+    return size if isinstance(size, int) else None

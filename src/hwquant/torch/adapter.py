@@ -2,7 +2,7 @@
 FrameworkInfo."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -140,8 +140,10 @@ class PytorchAdapter(PytorchCorrectionFacts):
                     raise
         raise AssertionError("unreachable")
 
-    def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool) -> torch.nn.Module:
-        model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names))
+    def _observer(self, graph: Graph, node_names: Sequence[str], quantized: bool,
+                  observer: Optional[Callable[[int, torch.Tensor], None]] = None) -> torch.nn.Module:
+        model = build_module(graph, QuantizerFactory() if quantized else None, extra_outputs=list(node_names),
+                             observer=observer)
         return model.to(self.device).eval()
 
     @torch.no_grad()
@@ -149,7 +151,18 @@ class PytorchAdapter(PytorchCorrectionFacts):
                            quantized: bool = False) -> int:
         """Add every batch's summary of each node's output to `statistics[node]`."""
         names = list(statistics)
-        model = self._observer(graph, names, quantized)
+        summaries: List[Any] = []  # this batch's, added once the batch has run (a failed first batch adds none)
+
+        def summarize(index: int, tensor: torch.Tensor) -> None:
+            # each tensor is summarised as it is computed and then freed: a batch's activations are never
+            # all held at once
+            name = names[index]
+            try:
+                summaries.append((name, summarize_tensor(tensor, statistics[name])))
+            except ValueError as e:
+                raise ValueError(f"node '{name}': {e}") from e
+
+        model = self._observer(graph, names, quantized, summarize)
         # Channels-last convolutions are much faster on CPU; a model that reshapes with `.view` cannot
         # run that way ("view size is not compatible"): such graphs stay contiguous, and should another
         # construct refuse the layout, the first batch falls back to it.
@@ -158,8 +171,9 @@ class PytorchAdapter(PytorchCorrectionFacts):
             model = model.to(memory_format=torch.channels_last)
         batches = 0
         for batch in data:
+            summaries.clear()
             try:
-                _, tensors = model(*[_channels_last(t) if channels_last else t for t in batch])
+                model(*[_channels_last(t) if channels_last else t for t in batch])
             except RuntimeError as e:
                 source = getattr(data, "iterable", data)  # data may come wrapped in a progress bar
                 if batches and not getattr(source, "uniform_shapes", True):
@@ -171,12 +185,10 @@ class PytorchAdapter(PytorchCorrectionFacts):
                 if not channels_last or batches:
                     raise
                 channels_last, model = False, model.to(memory_format=torch.contiguous_format)
-                _, tensors = model(*batch)
-            for name, t in zip(names, tensors):
-                try:
-                    statistics[name].add(summarize_tensor(t, statistics[name]))
-                except ValueError as e:
-                    raise ValueError(f"node '{name}': {e}") from e
+                summaries.clear()
+                model(*batch)
+            for name, summary in summaries:
+                statistics[name].add(summary)
             batches += 1
         return batches
 

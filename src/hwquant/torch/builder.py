@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import operator
 import re
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -122,13 +122,29 @@ def _guard_sizes(g: fx.Graph, placeholder: fx.Node, node: Node) -> None:
                                             f"input '{node.name}' must have {words} {bound} in dimension {dim}: {reason}"))
 
 
+class _Observer(nn.Module):
+    """Hands one observed tensor to the observer (build_module's `observer`); returns nothing."""
+
+    def __init__(self, index: int, observer: Callable[[int, torch.Tensor], None]):
+        super().__init__()
+        self.index = index
+        self.__dict__["observer"] = observer  # a function, not a submodule
+
+    def forward(self, tensor: torch.Tensor) -> None:
+        self.observer(self.index, tensor)
+
+
 def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
                  extra_outputs: Optional[Sequence[str]] = None, class_name: Optional[str] = None,
-                 extra_outputs_unquantized: bool = False) -> fx.GraphModule:
+                 extra_outputs_unquantized: bool = False,
+                 observer: Optional[Callable[[int, torch.Tensor], None]] = None) -> fx.GraphModule:
     """The model of `graph`. With `quantizers`, weights are wrapped with their quantizers and every
     quantized activation passes through a holder. With `extra_outputs`, the module returns
     `(model outputs, [tensors of those nodes])` (statistics collection), taken after the nodes'
     activation quantizers, or before them with `extra_outputs_unquantized` (GPTQ's interest points).
+    With `observer` as well, the module returns the model outputs only and calls `observer(i, tensor)` as
+    soon as `extra_outputs[i]` is computed, so that each tensor is freed after its last use instead of
+    all being held to the end (a batch of a large model's activations is gigabytes).
     No later operation can overwrite an observed tensor: capture made the graph functional
     (``fx_graph.functionalize_in_place_ops``)."""
     root = nn.Module()
@@ -137,6 +153,7 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
     used_names: set = set()
     placed: Dict[str, Dict[str, str]] = {}  # graph node -> {"layer": module name, "holder": module name}
     unquantized: Dict[str, fx.Node] = {}
+    observed = {name: i for i, name in enumerate(extra_outputs or ())}
 
     def register(base: str, module: nn.Module) -> str:
         name = unique_name(_attr_name(base), used_names)
@@ -174,9 +191,12 @@ def build_module(graph: Graph, quantizers: Optional[QuantizerFactory] = None,
                                                                   PytorchActivationQuantizationHolder(aq))
             out = g.call_module(placed[node.name]["holder"], (out,))
         env[node.name] = out
+        if observer is not None and node.name in observed:
+            watched = unquantized[node.name] if extra_outputs_unquantized else out
+            g.call_module(register(f"{node.name}_observer", _Observer(observed[node.name], observer)), (watched,))
 
     result = map_structure(graph.outputs, env.__getitem__)
-    if extra_outputs is not None:
+    if extra_outputs is not None and observer is None:
         result = (result, [(unquantized if extra_outputs_unquantized else env)[n] for n in extra_outputs])
     g.output(result)
     module = fx.GraphModule(root, g, class_name=class_name or (f"{graph.name}Quantized" if quantizers else graph.name))

@@ -126,3 +126,18 @@ def export_problem(suffix: str) -> Optional[str]:
     if suffix == ".onnx" and not (importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime")):
         return "ONNX export needs onnx and onnxruntime: pip install \"hwquant[onnx]\""
     return None
+
+
+def fixed_batch_size(model: Any) -> Optional[int]:
+    """The batch size a torch.export program was exported with, where it is fixed (its guards refuse any other
+    size); None where the batch is free."""
+    if not isinstance(model, torch.fx.GraphModule):
+        return None
+    sizes = set()
+    for node in model.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            if not isinstance(value.shape[0], int):
+                return None
+            sizes.add(value.shape[0])
+    return sizes.pop() if len(sizes) == 1 else None
