@@ -39,9 +39,15 @@ def peak_bytes() -> int:
 
 def main() -> None:
     import torch
-    from model_compression_toolkit.wrapper.mct_wrapper import MCTWrapper
 
     from benchmarks.models import mobilenet_v2_pretrained
+    from benchmarks.peer_mct import import_mct
+    import_mct()  # (the torchvision operator schemas MCT's import needs on the CPU wheel)
+    # MCT 2.6.1 calls torch.onnx.export as written for torch < 2.9 (the TorchScript exporter); torch 2.13's default
+    # (dynamo) refuses its dynamic_axes: restore the old default, as benchmarks/peer_mct.py does
+    import functools
+    torch.onnx.export = functools.partial(torch.onnx.export, dynamo=False)
+    from model_compression_toolkit.wrapper.mct_wrapper import MCTWrapper
     calibration_dir, evaluation_dir, out = sys.argv[1:4]
     model = mobilenet_v2_pretrained()
     calibration, evaluation = torch.from_numpy(images(calibration_dir)), torch.from_numpy(images(evaluation_dir))

@@ -1358,32 +1358,9 @@ ONNX_MODELS = {  # name: (file under .cache/assets/real, the (1, C, H, W) input 
 
 def import_onnx2torch():
     """onnx2torch, installed with --no-deps (its wheel requires torchvision, which this project keeps out of
-    .venv). It imports torchvision when it loads, for its NMS and RoIAlign converters only: a stand-in whose
-    functions refuse is put in place while it loads, then removed."""
-    try:
-        import onnx2torch
-        return onnx2torch
-    except ImportError as e:
-        if "torchvision" not in str(e):
-            raise
-    import types
-
-    def missing(*args, **kwargs):
-        raise NotImplementedError("torchvision is not installed: onnx2torch's NMS and RoIAlign are unavailable")
-    stub, ops = types.ModuleType("torchvision"), types.ModuleType("torchvision.ops")
-    ops.nms = ops.box_convert = ops.roi_align = missing
-    stub.ops = ops
-    saved = {k: sys.modules.get(k) for k in ("torchvision", "torchvision.ops")}
-    sys.modules.update({"torchvision": stub, "torchvision.ops": ops})
-    try:
-        import onnx2torch
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return onnx2torch
+    .venv): hwquant's loader puts a stand-in for torchvision in place while it loads."""
+    from hwquant.torch.onnx_import import import_onnx2torch as load
+    return load()
 
 
 def _prepared_onnx(path: Path, input_shape: tuple, free_batch: bool):

@@ -156,6 +156,32 @@ def test_quantize_a_torch_model_from_an_image_folder_then_export_and_check(tmp_p
 
 
 @needs_torch
+def test_quantize_reads_model_files_of_every_kind(tmp_path):
+    """A torch.export program with a fixed batch (run in batches of that size, said), a TorchScript file and an ONNX
+    file (both converted through onnx2torch, said) and a pickled module: each quantized from the same images."""
+    import torch
+    from cli_models import small_cnn
+    model, x = small_cnn(), torch.randn(4, 3, 16, 16)
+    torch.export.save(torch.export.export(model, (x,)), tmp_path / "m.pt2")
+    torch.export.save(torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch")},)),
+                      tmp_path / "free.pt2")
+    torch.jit.save(torch.jit.trace(model, x), tmp_path / "m.torchscript")
+    torch.onnx.export(model, (x,), tmp_path / "m.onnx", dynamo=False, input_names=["x"], dynamic_axes={"x": {0: "n"}})
+    torch.save(model, tmp_path / "m.pth")
+    images = _images(tmp_path / "images", n=30)
+    for name, said in (("m.pt2", "batches of exactly 4 samples"), ("free.pt2", None),
+                       ("m.torchscript", "through ONNX (onnx2torch)"),
+                       ("m.onnx", None), ("m.pth", None)):
+        run = _cli("quantize", tmp_path / name, "--data", images, "--out", tmp_path / f"{name}.onnx", "-q")
+        assert run.returncode == 0, (name, run.stderr)
+        assert "4 layers' weights quantized, 0 left float" in run.stdout, (name, run.stdout)
+        sqnr = float(run.stdout.split("output SQNR ")[1].split(" dB")[0])
+        assert sqnr > 25, (name, run.stdout)
+        assert said is None or said in run.stdout, (name, run.stdout)
+        assert said is not None or "note" not in run.stdout, (name, run.stdout)
+
+
+@needs_torch
 def test_quantize_reads_arrays_and_batches_and_measures_mixed_precision(tmp_path):
     """.npz data with --val-data, 'module:callable' batches, a weights-memory target (met, said), and the
     comparison failing loudly (exit 1) when the file is not the model's."""
@@ -231,7 +257,7 @@ def test_quantize_bad_input_one_line_exit_2_nothing_written(tmp_path, case, monk
     message = {"missing model": "no file at", "unreadable model": "cannot read", "no images": "no images (",
                "mixed sizes": "images differ in size", "bad tpc": "Shipped: imx500:1.0",
                "unwritable folder": "cannot write into", "bad suffix": "exports to .onnx",
-               "onnx model": "onnx2torch", "bits the chip lacks": "offers activation bit widths 8, not 16",
+               "onnx model": "not a readable ONNX model", "bits the chip lacks": "offers activation bit widths 8, not 16",
                "holdout takes all": "leaves no calibration samples"}[case]
     assert result.exit_code == 2, result.output
     assert message in result.output, result.output

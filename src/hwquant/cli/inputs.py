@@ -17,7 +17,7 @@ import numpy as np
 
 from hwquant.logger import progress
 
-TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".torchscript", ".ts", ".jit")
+TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".torchscript", ".ts", ".jit", ".onnx")
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -54,9 +54,7 @@ def framework_of_file(path: str) -> str:
     if path.endswith(TORCH_SUFFIXES) or is_callable_spec(path):
         return "pytorch"
     raise click.BadParameter(f"'{path}': expected a PyTorch file ({', '.join(TORCH_SUFFIXES)}), a Keras file "
-                             f"({', '.join(KERAS_SUFFIXES)}) or 'package.module:function' returning the model"
-                             + (" (an ONNX model: convert it with onnx2torch and pass a function returning the "
-                                "converted module)" if path.endswith(".onnx") else ""))
+                             f"({', '.join(KERAS_SUFFIXES)}) or 'package.module:function' returning the model")
 
 
 def framework_of_object(obj: Any) -> Optional[str]:

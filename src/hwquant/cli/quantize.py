@@ -176,7 +176,8 @@ def _memory_line(label: str, quantized: float, float_: float, target: Optional[f
 @click.option("--std", metavar="S[,S,S]", help="Per-channel standard deviation divided by (default: the preset's).")
 @click.option("--scale", type=float, help="Factor applied to 0..255 pixels first (default 1/255; raw: 1).")
 @click.option("--grayscale", is_flag=True, help="Read images as one channel.")
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1), help="Samples per batch.")
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Samples per batch, in calibration and evaluation (larger: more memory, not faster on a CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars and stage lines; print the summary only.")
 def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_spec: Optional[str], holdout: float,
              gptq: bool, gptq_epochs: int, weights_memory: Optional[float], activation_memory: Optional[float],
@@ -185,9 +186,10 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
              std: Optional[str], scale: Optional[float], grayscale: bool, batch_size: int, quiet: bool) -> None:
     """Quantize MODEL for a target platform and write the deployable file --out.
 
-    MODEL: a torch.export program (.pt2), TorchScript or a whole pickled module (torch.save(model); loading runs
-    its code: your own files only), a Keras .keras / .h5 file, or 'package.module:function' / 'file.py:function'
-    returning the float model (PyTorch or Keras).
+    MODEL: a torch.export program (.pt2), a TorchScript file or an ONNX model (both converted to PyTorch through
+    onnx2torch), a whole pickled module (torch.save(model); loading runs its code: your own files only), a Keras
+    .keras / .h5 file, or 'package.module:function' / 'file.py:function' returning the float model (PyTorch or
+    Keras).
 
     \b
     Example (MobileNetV2 for the IMX500, images from a folder):
@@ -221,6 +223,13 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
     else:
         calibration, heldout = arrays, []
     notes: List[str] = []
+    try:
+        float_model, converted = fw.prepare_model(float_model, [a[:batch_size] for a in calibration])
+    except HwquantError as e:
+        raise click.BadParameter(str(e), param_hint="MODEL") from None
+    if converted:
+        notes.append(converted)
+        stage("note: " + converted)
     fixed = fw.fixed_batch_size(float_model)
     if fixed is not None:
         if len(calibration[0]) < fixed:

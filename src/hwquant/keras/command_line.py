@@ -3,7 +3,7 @@ file, run a model on numpy batches, export and read back the files the suffix of
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -21,6 +21,11 @@ def is_model(obj: Any) -> bool:
 
 def load_model(path: str) -> Any:
     return keras.saving.load_model(path, compile=False)
+
+
+def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Optional[str]]:
+    """The model as read: a Keras model needs no conversion."""
+    return model, None
 
 
 def load_quantized(path: str) -> Any:

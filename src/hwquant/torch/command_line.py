@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -37,11 +37,16 @@ def _is_torchscript(path: str) -> bool:
 
 
 def load_model(path: str) -> torch.nn.Module:
-    """A float model from a file: a torch.export program (.pt2), TorchScript, or a whole pickled module
-    (torch.save(model, path); loading it runs its pickled code: the user's own files only)."""
+    """A float model from a file: an ONNX model (converted by onnx2torch), a torch.export program (.pt2),
+    TorchScript (converted once the data is read: prepare_model), or a whole pickled module (torch.save(model,
+    path); loading it runs its pickled code: the user's own files only)."""
+    if path.endswith(".onnx"):
+        from hwquant.torch.onnx_import import module_from_onnx
+        return module_from_onnx(path)
     if path.endswith(".pt2"):
         try:
-            return torch.export.load(path).module()
+            # no guard nodes: capture runs the graph in its own ways; a fixed batch is kept to (fixed_batch_size)
+            return torch.export.load(path).module(check_guards=False)
         except Exception as e:  # a truncated or foreign file
             raise ModelFileError(f"'{path}' is not a readable torch.export program (.pt2 written by "
                                  f"torch.export.save): {type(e).__name__}: {e}") from None
@@ -58,6 +63,16 @@ def load_model(path: str) -> torch.nn.Module:
         raise ModelFileError(f"'{path}' holds a {type(model).__name__}, not a torch.nn.Module (a state dict needs "
                              "its model class: pass 'package.module:function' returning the model instead)")
     return model.eval()
+
+
+def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Optional[str]]:
+    """The model hwquant quantizes, and a note where it was converted: a TorchScript model (no Python forward to
+    capture) becomes a PyTorch module through ONNX, traced on `sample` (one batch of the data)."""
+    if not isinstance(model, torch.jit.ScriptModule):
+        return model, None
+    from hwquant.torch.onnx_import import module_from_torchscript
+    converted = module_from_torchscript(model, [torch.from_numpy(np.ascontiguousarray(a)) for a in sample])
+    return converted, "the TorchScript model was converted to a PyTorch module through ONNX (onnx2torch)"
 
 
 def load_quantized(path: str) -> torch.nn.Module:
