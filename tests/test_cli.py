@@ -189,10 +189,13 @@ def test_quantize_reads_arrays_and_batches_and_measures_mixed_precision(tmp_path
     np.savez(tmp_path / "calib.npz", rng.normal(size=(32, 3, 16, 16)).astype(np.float32))
     np.save(tmp_path / "val.npy", rng.normal(size=(12, 3, 16, 16)).astype(np.float32))
     run = _cli("quantize", "cli_models:small_cnn", "--data", tmp_path / "calib.npz", "--val-data",
-               tmp_path / "val.npy", "--weights-memory", "0.6", "--out", tmp_path / "mp.pt", "-q")
+               tmp_path / "val.npy", "--weights-memory", "0.6", "--out", tmp_path / "mp.pt", "-q",
+               "--report", tmp_path / "why")
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""  # --quiet: the summary only
     assert ": met" in run.stdout and "kernels at" in run.stdout and "held-out     12 samples" in run.stdout
+    assert f"report       {tmp_path / 'why' / 'report.html'}" in run.stdout
+    assert (tmp_path / "why" / "report.html").is_file() and (tmp_path / "why" / "report.json").is_file()
     run = _cli("quantize", "cli_models:other_cnn", "--data", "cli_models:batches", "--holdout", "0",
                "--out", tmp_path / "b.onnx", "--format", "qdq", "-q")
     assert run.returncode == 0, run.stderr
