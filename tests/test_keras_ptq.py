@@ -346,7 +346,9 @@ def test_multi_output_models_export_keras_and_onnx(multi_output_quantized, kind,
     heads = _heads(want)
     assert len(outs) == len(heads)
     for head in heads:  # within a grid step or two (ONNX's Round may break ties the other way)
-        assert np.abs(outs[head.shape] - head).max() <= np.abs(head).max() / 64
+        values = np.unique(head)  # the output quantizer's grid step, read from the values on it
+        step = np.diff(values).min() if len(values) > 1 else np.abs(head).max() / 64
+        assert np.abs(outs[head.shape] - head).max() <= 2 * step * 1.0001
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TFLite files are written on Keras' TensorFlow backend")
