@@ -311,3 +311,15 @@ def test_progress_bars_show_on_a_terminal(tmp_path):
     assert "Reading images" in shown and "%|" in shown and "Statistics collection" in shown, repr(shown[:600])
     code, shown = on_terminal("--quiet")
     assert code == 0 and "%|" not in shown and "wrote" in shown
+
+
+@needs_torch
+@pytest.mark.skipif(not __import__("os").environ.get("HWQUANT_IMXCONV"),
+                    reason="opt-in: set HWQUANT_IMXCONV to imxconv-pt (bash benchmarks/setup_imx500.sh installs it)")
+def test_check_runs_sonys_converter_when_installed(tmp_path):
+    images = _images(tmp_path / "images")
+    assert _cli("quantize", "cli_models:small_cnn", "--data", images, "--tpc", "imx500:4.0",
+                "--out", tmp_path / "m.onnx", "-q").returncode == 0
+    checked = _cli("check", tmp_path / "m.onnx")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "Sony's converter" in checked.stdout and "took the file" in checked.stdout

@@ -91,14 +91,34 @@ def imx500_checks(path: str, run_converter: bool) -> Tuple[List[str], List[str]]
         notes.append("Sony's converter (imxconv-pt) is not installed: its rules were checked, the converter not run "
                      "(put imxconv-pt on PATH or set HWQUANT_IMXCONV to run it)")
     elif run_converter and not problems:
+        click.echo(f"running Sony's converter {converter} (a minute or two)", err=True)
         with tempfile.TemporaryDirectory() as folder:
-            run = subprocess.run([converter, "-i", path, "-o", folder], capture_output=True, text=True)
+            out = os.path.join(folder, "out")  # the converter refuses an output folder that exists
+            run = subprocess.run([converter, "-i", path, "-o", out], capture_output=True, text=True)
             if run.returncode != 0:
-                tail = (run.stdout + run.stderr).strip().splitlines()[-3:]
-                problems.append(f"Sony's converter refused the file (exit {run.returncode}): {' | '.join(tail)}")
+                said = [line.strip() for line in (run.stdout + run.stderr).splitlines()
+                        if line.strip() and not line.strip().startswith("at ")]
+                problems.append(f"Sony's converter refused the file (exit {run.returncode}): {' | '.join(said[-3:])}")
+            elif _fits_in_chip(out) is False:
+                problems.append("Sony's converter took the file, but its memory report says the model does NOT fit in "
+                                "the chip: set a memory target (hwquant quantize --weights-memory / "
+                                "--activation-memory)")
             else:
-                notes.append(f"Sony's converter ({converter}) took the file")
+                notes.append(f"Sony's converter ({converter}) took the file"
+                             + ("; its memory report: fits in the chip" if _fits_in_chip(out) else ""))
     return problems, notes
+
+
+def _fits_in_chip(out: str) -> Optional[bool]:
+    """Whether the converter's memory report says the model fits in the chip's memory (None without a report)."""
+    import json
+    report = next(Path(out).rglob("*MemoryReport.json"), None)
+    if report is None:
+        return None
+    try:
+        return bool(json.loads(report.read_text())["Memory Report"]["Fit In Chip"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @click.command(short_help="Check an exported file against the simulated model and the IMX500 rules.")
