@@ -1371,18 +1371,9 @@ def _prepared_onnx(path: Path, input_shape: tuple, free_batch: bool):
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
+    from hwquant.torch.onnx_import import constants_as_initializers
     m = onnx.load(str(path))
-    nodes = []
-    for n in m.graph.node:
-        if n.op_type == "Constant" and [a.name for a in n.attribute] == ["value"]:
-            t = onnx.TensorProto()
-            t.CopyFrom(n.attribute[0].t)
-            t.name = n.output[0]
-            m.graph.initializer.append(t)
-        else:
-            nodes.append(n)
-    del m.graph.node[:]
-    m.graph.node.extend(nodes)
+    constants_as_initializers(m)
     inits = {i.name: i for i in m.graph.initializer}
     if free_batch:
         for n in m.graph.node:

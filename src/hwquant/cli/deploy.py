@@ -7,13 +7,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import click
 import numpy as np
 
 from hwquant.cli.inputs import PRESETS, batches, framework_of_file, load_data, load_quantized_model, adapter
-from hwquant.cli.quantize import _check_out, similarity
+from hwquant.cli.quantize import check_out, similarity
 from hwquant.errors import HwquantError
 
 DEFAULT_MIN_SQNR_DB = 30.0
@@ -48,7 +48,7 @@ def export(quantized_model: str, out: str, fmt: str, data_spec: Optional[str], i
     mct.exporter.save_quantized_model, or a quantized .keras file) as OUT, in the format OUT's suffix names
     (see `hwquant quantize --help`)."""
     fw = adapter(framework_of_file(quantized_model))
-    _check_out(out, fw, fmt)
+    check_out(out, fw, fmt)
     if Path(out).resolve() == Path(quantized_model).resolve():
         raise click.BadParameter("OUT is QUANTIZED_MODEL itself: give another file", param_hint="OUT")
     model = load_quantized_model(quantized_model)
@@ -65,24 +65,15 @@ def export(quantized_model: str, out: str, fmt: str, data_spec: Optional[str], i
     click.echo(f"wrote {written} ({os.path.getsize(written) / 1e6:.2f} MB)")
 
 
-def _onnx_metadata(path: str) -> dict:
-    import onnx
-    proto = onnx.load(path, load_external_data=False)
-    return {p.key: p.value for p in proto.metadata_props}
-
-
 def _converter() -> Optional[str]:
     return os.environ.get("HWQUANT_IMXCONV") or shutil.which("imxconv-pt")
 
 
-def imx500_checks(path: str, run_converter: bool) -> Tuple[List[str], List[str]]:
-    """(problems, notes) of an MCTQ ONNX file for the IMX500: the converter's operator, opset and grid rules
-    (exporter.imx500: a non-power-of-two activation quantizer is an operator it lacks), and the real converter's
-    verdict where it is installed."""
-    import onnx
-
+def imx500_checks(path: str, proto: Any, run_converter: bool) -> Tuple[List[str], List[str]]:
+    """(problems, notes) of an MCTQ ONNX file (`proto`, read from `path`) for the IMX500: the converter's operator,
+    opset and grid rules (exporter.imx500: a non-power-of-two activation quantizer is an operator it lacks), and the
+    real converter's verdict where it is installed."""
     from hwquant.exporter.imx500 import converter_problems
-    proto = onnx.load(path)
     meta = {p.key: p.value for p in proto.metadata_props}
     problems = converter_problems(proto, meta.get("tpc_minor_version"))
     notes = []
@@ -99,13 +90,13 @@ def imx500_checks(path: str, run_converter: bool) -> Tuple[List[str], List[str]]
                 said = [line.strip() for line in (run.stdout + run.stderr).splitlines()
                         if line.strip() and not line.strip().startswith("at ")]
                 problems.append(f"Sony's converter refused the file (exit {run.returncode}): {' | '.join(said[-3:])}")
-            elif _fits_in_chip(out) is False:
+            elif (fits := _fits_in_chip(out)) is False:
                 problems.append("Sony's converter took the file, but its memory report says the model does NOT fit in "
                                 "the chip: set a memory target (hwquant quantize --weights-memory / "
                                 "--activation-memory)")
             else:
                 notes.append(f"Sony's converter ({converter}) took the file"
-                             + ("; its memory report: fits in the chip" if _fits_in_chip(out) else ""))
+                             + ("; its memory report: fits in the chip" if fits else ""))
     return problems, notes
 
 
@@ -150,12 +141,13 @@ def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str
         raise click.UsageError("comparing with QUANTIZED_MODEL needs inputs: give --data")
     failed, lines = False, []
     if suffix == ".onnx":
+        import onnx
         try:
-            meta = _onnx_metadata(exported)
+            proto = onnx.load(exported)
         except Exception as e:  # noqa: BLE001 - protobuf's decode errors
             raise click.BadParameter(f"'{exported}' is not a readable ONNX file: {e}", param_hint="EXPORTED") from None
-        if meta.get("quantization_format") == "MCTQ":
-            problems, notes = imx500_checks(exported, run_converter)
+        if any(p.key == "quantization_format" and p.value == "MCTQ" for p in proto.metadata_props):
+            problems, notes = imx500_checks(exported, proto, run_converter)
             lines += [f"IMX500: {p}" for p in problems] or ["IMX500: the converter's operator, opset and grid rules "
                                                             "hold"]
             lines += [f"IMX500: {n}" for n in notes]

@@ -57,7 +57,7 @@ def split_holdout(arrays: List[np.ndarray], fraction: float) -> Tuple[List[np.nd
     return [a[calibration] for a in arrays], [a[heldout] for a in arrays]
 
 
-def _check_out(out: str, fw: ModuleType, fmt: str) -> str:
+def check_out(out: str, fw: ModuleType, fmt: str) -> str:
     """The --out path, checked before any long work: a suffix the framework exports, a writable folder."""
     suffix = Path(out).suffix
     if suffix not in fw.EXPORTS:
@@ -211,7 +211,7 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
     options = image_options(preset, resize, size, crop, mean, std, scale, grayscale)
     stage(f"reading the model {model}")
     fw, float_model = load_model(model)
-    _check_out(out, fw, fmt)
+    check_out(out, fw, fmt)
     if report_dir is not None and os.path.exists(report_dir) and not os.path.isdir(report_dir):
         raise click.BadParameter(f"'{report_dir}' exists and is not a folder", param_hint="--report")
     stage(f"reading the data {data_spec}")
@@ -318,6 +318,9 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
         lines.append(f"{'held-out':13s}{len(heldout[0])} samples: output SQNR {sqnr:.1f} dB"
                      + (f", top-1 agreement with float {100 * agreement:.1f} %" if agreement is not None else
                         " (top-1 agreement: the output is not (samples, classes))"))
+    elif fixed is not None and (holdout > 0 or val_spec is not None):
+        lines.append(f"{'held-out':13s}none (fewer held-out samples than one batch of {fixed}): the quantized model "
+                     "was not measured")
     else:
         lines.append(f"{'held-out':13s}none (--holdout 0 and no --val-data): the quantized model was not measured")
     lines.append(f"{'wrote':13s}{written} ({_mb(os.path.getsize(written))})")

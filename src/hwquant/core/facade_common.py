@@ -23,15 +23,11 @@ def check_target(target: Optional[ResourceUtilization]) -> None:
 
 def user_information(state: Any, adapter: Any) -> UserInformation:
     """What a quantization run reports: resource utilization, mixed-precision choice, input scale."""
-    from hwquant.core.resource_utilization import (compute_resource_utilization, final_config,
-                                                   float_weights_and_activations)
+    from hwquant.core.resource_utilization import final_config, resource_utilization_against_float
 
     info = UserInformation()
-    final = compute_resource_utilization(state.graph, final_config, adapter)
+    final, info.float_resource_utilization = resource_utilization_against_float(state.graph, final_config, adapter)
     info.resource_utilization = final
-    weights, activations = float_weights_and_activations(state.graph, final_config, adapter)
-    info.float_resource_utilization = ResourceUtilization(weights_memory=weights, activation_memory=activations,
-                                                          total_memory=weights + activations)
     target = getattr(state, "target", None)
     if target is not None and target.is_any_restricted():
         # MCT's report: the figures of the restricted targets, the others left unset (inf); no target, None

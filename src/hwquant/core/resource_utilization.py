@@ -110,14 +110,14 @@ def activation_bits(graph: Graph, config_of: ConfigOf, paddings: Collection[str]
     return {node.name: node_activation_bits(config_of(bits_source(graph, node, paddings))) for node in graph}
 
 
-def node_weights_bytes(node: Node, cfg: Optional[NodeQuantizationConfig]) -> float:
-    """The node's quantized weights at their bit widths (float ones do not count)."""
+def node_weights_bytes(node: Node, cfg: Optional[NodeQuantizationConfig], bits: Optional[int] = None) -> float:
+    """The node's quantized weights at their bit widths, or at `bits` each (float ones do not count)."""
     attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
     total = 0.0
     for key, w in node.weights.items():
         wc = attrs.get(key)
         if wc is not None and wc.enable_weights_quantization:
-            total += w.size * wc.weights_n_bits / 8
+            total += w.size * (wc.weights_n_bits if bits is None else bits) / 8
     return total
 
 
@@ -167,10 +167,12 @@ def activation_elements(node: Node) -> int:
     return _elements(node.output_shape)
 
 
-def activation_memory(graph: Graph, config_of: ConfigOf, paddings: Optional[Mapping[str, str]] = None) -> float:
+def activation_memory(graph: Graph, config_of: ConfigOf, paddings: Optional[Mapping[str, str]] = None,
+                      steps: Optional[List[List[Node]]] = None) -> float:
+    """The largest live set's bytes; `steps`: `live_sets(graph, paddings)` where the caller has it already."""
     bits = activation_bits(graph, config_of, paddings or ())
-    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in live_sets(graph, paddings)),
-               default=0.0)
+    steps = live_sets(graph, paddings) if steps is None else steps
+    return max((sum(activation_elements(n) * bits[n.name] / 8 for n in step) for step in steps), default=0.0)
 
 
 def kernel_macs(node: Node, kernel_axes: Callable[[Node], Optional[tuple]],
@@ -203,24 +205,28 @@ def bops(graph: Graph, config_of: ConfigOf, kernel_axes: Callable[[Node], Option
     return total
 
 
-def float_weights_and_activations(graph: Graph, config_of: ConfigOf, adapter) -> Tuple[float, float]:
-    """(weights, activation memory) in bytes of the same tensors `compute_resource_utilization` counts under
-    `config_of`, kept as float32: what the quantized figures save against."""
-    paddings = padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)
-    weights = 0.0
-    for node in graph:
-        cfg = config_of(node)
-        attrs = cfg.weights_quantization_cfg.attrs if cfg else {}
-        weights += sum(w.size * FLOAT_BITWIDTH / 8 for key, w in node.weights.items()
-                       if attrs.get(key) is not None and attrs[key].enable_weights_quantization)
-    return weights, activation_memory(graph, lambda node: None, paddings)
-
-
 def compute_resource_utilization(graph: Graph, config_of: ConfigOf, adapter) -> ResourceUtilization:
     """All four figures; `adapter` (the framework adapter) says where kernels and their channels are, and
     which nodes are zero paddings."""
     paddings = padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)
-    w, a = weights_memory(graph, config_of), activation_memory(graph, config_of, paddings)
+    return _figures(graph, config_of, adapter, paddings, live_sets(graph, paddings))
+
+
+def resource_utilization_against_float(graph: Graph, config_of: ConfigOf,
+                                       adapter) -> Tuple[ResourceUtilization, ResourceUtilization]:
+    """(`compute_resource_utilization`'s figures, the memory of the same weights and activation tensors kept as
+    float32: what the quantized figures save against), the schedule worked out once for both."""
+    paddings = padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)
+    steps = live_sets(graph, paddings)
+    w = sum(node_weights_bytes(node, config_of(node), bits=FLOAT_BITWIDTH) for node in graph)
+    a = activation_memory(graph, lambda node: None, paddings, steps)
+    return (_figures(graph, config_of, adapter, paddings, steps),
+            ResourceUtilization(weights_memory=w, activation_memory=a, total_memory=w + a))
+
+
+def _figures(graph: Graph, config_of: ConfigOf, adapter, paddings: Mapping[str, str],
+             steps: List[List[Node]]) -> ResourceUtilization:
+    w, a = weights_memory(graph, config_of), activation_memory(graph, config_of, paddings, steps)
     b = bops(graph, config_of, adapter.kernel_axes, adapter.kernel_attr, paddings)
     return ResourceUtilization(weights_memory=w, activation_memory=a, total_memory=w + a,
                                bops=b if math.isfinite(b) else math.inf)

@@ -3,8 +3,9 @@ standard QuantizeLinear / DequantizeLinear on load (no custom-op library needed)
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
+import numpy as np
 import onnx
 
 from hwquant.errors import ExportError
@@ -39,3 +40,11 @@ def mctq_inference_session(model: ModelLike, sess_options: Any = None,
     proto = lower_mctq(model)
     return ort.InferenceSession(proto.SerializeToString(), sess_options=sess_options,
                                 providers=list(providers or ["CPUExecutionProvider"]))
+
+
+def run_onnx(model: ModelLike, inputs: Sequence[Any]) -> List[np.ndarray]:
+    """Every output of an ONNX file (MCTQ or plain) run in ONNX Runtime on the CPU, as float32 arrays; `inputs` in
+    the graph's input order."""
+    session = mctq_inference_session(model)
+    names = [i.name for i in session.get_inputs()]
+    return [np.asarray(o, dtype=np.float32) for o in session.run(None, dict(zip(names, inputs)))]

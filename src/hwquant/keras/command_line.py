@@ -73,10 +73,8 @@ def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
         return [np.asarray(interpreter.get_tensor(d["index"]), dtype=np.float32)
                 for d in interpreter.get_output_details()]
     if path.endswith(".onnx"):
-        import onnxruntime as ort
-        session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        names = [i.name for i in session.get_inputs()]
-        return [np.asarray(o, dtype=np.float32) for o in session.run(None, dict(zip(names, inputs)))]
+        from hwquant.exporter.onnx_runtime import run_onnx
+        return run_onnx(path, inputs)
     return predict(load_quantized(path), inputs)
 
 

@@ -120,10 +120,8 @@ def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     """The outputs of an exported file run as deployed: ONNX in ONNX Runtime (MCTQ ops lowered to standard
     ones), TorchScript in torch.jit, a saved hwquant model rebuilt."""
     if path.endswith(".onnx"):
-        from hwquant.exporter.onnx_runtime import mctq_inference_session
-        session = mctq_inference_session(path)
-        names = [i.name for i in session.get_inputs()]
-        return [np.asarray(o, dtype=np.float32) for o in session.run(None, dict(zip(names, inputs)))]
+        from hwquant.exporter.onnx_runtime import run_onnx
+        return run_onnx(path, inputs)
     if path.endswith(".torchscript") or _is_torchscript(path):
         return predict(torch.jit.load(path, map_location="cpu"), inputs)
     return predict(load_quantized(path), inputs)

@@ -61,7 +61,7 @@ def module_from_onnx(model: Any) -> torch.nn.Module:
         proto = onnx.shape_inference.infer_shapes(proto)
     except Exception as e:  # noqa: BLE001 - protobuf's decode errors and the checker's
         raise OnnxImportError(f"not a readable ONNX model: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    _constants_as_initializers(proto)
+    constants_as_initializers(proto)
     try:
         return import_onnx2torch().convert(proto).eval()
     except OnnxImportError:
@@ -71,17 +71,19 @@ def module_from_onnx(model: Any) -> torch.nn.Module:
                               f"{str(e).splitlines()[0] if str(e) else ''}") from None
 
 
-def _constants_as_initializers(proto: Any) -> None:
-    """Constant nodes holding a tensor become initializers (onnx2torch converts Constant only at some opsets;
-    exporters write weights and shape vectors either way)."""
-    from onnx import numpy_helper
+def constants_as_initializers(proto: Any) -> None:
+    """Constant nodes holding a tensor become initializers, in place (onnx2torch converts Constant only at some
+    opsets; exporters write weights and shape vectors either way, paddle2onnx its weights)."""
+    import onnx
     kept = []
     for node in proto.graph.node:
-        value = next((a for a in node.attribute if a.name == "value"), None) if node.op_type == "Constant" else None
-        if value is None or len(node.attribute) != 1:
+        if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(node.attribute[0].t)
+            tensor.name = node.output[0]
+            proto.graph.initializer.append(tensor)
+        else:
             kept.append(node)
-            continue
-        proto.graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(value.t), node.output[0]))
     del proto.graph.node[:]
     proto.graph.node.extend(kept)
 

@@ -245,13 +245,13 @@ class PytorchQuantizationWrapper(_MctqWrapper):
     def _integer_forward(self, x: torch.Tensor, input_scale: torch.Tensor, kernel) -> torch.Tensor:
         wq = self.weights_quantizers["weight"]
         w_grid = _grid_on(wq, x.device)
-        w_int, w_quantized = self._integer_weights(wq, w_grid)
+        w_int, w_quantized, w_sum = self._integer_weights(wq, w_grid)
         self.set_quantize_weights({"weight": w_quantized})  # what a call leaves in the layer, as on the float path
         inference = not torch.is_grad_enabled()  # then fresh intermediates are worked on in place
         # x = (q - zp) * s exactly: this is q - zp
         x_int = (x.float() / input_scale.to(x.device)).round_() if inference else \
             quant_math.integers_on_grid(x.float(), input_scale)
-        acc = _accumulate(kernel, x_int, w_int)
+        acc = _accumulate(kernel, x_int, w_int, w_sum)
         w_scale = torch.as_tensor(w_grid.scale).detach().to(acc.device)
         scale = input_scale.float() * w_scale.float()
         shape = [-1] if isinstance(self.layer, nn.Linear) else [-1 if d == 1 else 1 for d in range(acc.dim())]
@@ -272,9 +272,9 @@ class PytorchQuantizationWrapper(_MctqWrapper):
                 acc = acc.double() + b
         return acc.float().mul_(scale.reshape(shape)) if inference else acc.float() * scale.reshape(shape)
 
-    def _integer_weights(self, wq: Any, grid: quant_math.AffineGrid) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``q_w - zp_w`` (float32, exact) and the fake-quantized kernel, cached until the weights or
-        the quantizer's state change."""
+    def _integer_weights(self, wq: Any, grid: quant_math.AffineGrid) -> Tuple[torch.Tensor, torch.Tensor, float]:
+        """``q_w - zp_w`` (float32, exact), the fake-quantized kernel and the largest sum of one output's
+        ``|q_w - zp_w|`` (`_accumulate`'s bound), cached until the weights or the quantizer's state change."""
         w = self.weight
         tensors = (*wq.parameters(), *wq.buffers()) if isinstance(wq, nn.Module) else ()
         key = (w.data_ptr(), w._version, w.device, tuple((t.data_ptr(), t._version) for t in tensors))
@@ -286,8 +286,9 @@ class PytorchQuantizationWrapper(_MctqWrapper):
                 zero_point = torch.as_tensor(grid.zero_point).detach().to(w.device)
                 w_int = quant_math.quantize(w.detach(), grid) - quant_math.per_channel_view(zero_point, w, grid.axis)
                 w_quantized = quant_math.fake_quantize(w.detach(), grid)
-            cached = self.__dict__["_w_int_cache"] = (wq, key, w_int, w_quantized)
-        return cached[2], cached[3]
+                w_sum = float(w_int.abs().flatten(1).sum(1).max()) if w_int.numel() else 0.0
+            cached = self.__dict__["_w_int_cache"] = (wq, key, w_int, w_quantized, w_sum)
+        return cached[2], cached[3], cached[4]
 
 
 def _grid_on(quantizer: Any, device: torch.device):
@@ -319,15 +320,14 @@ def set_quantizer(owner: nn.Module, name: Optional[str], quantizer: Any) -> None
 _F32_EXACT = 2.0 ** 24  # integers up to here are exact in float32, whatever the order of the sums
 
 
-def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor) -> torch.Tensor:
+def _accumulate(kernel, x_int: torch.Tensor, w_int: torch.Tensor, w_sum: float) -> torch.Tensor:
     """The exact integer accumulator: float32 kernels where every partial sum stays below 2**24, else x
     split into its high and low 4 bits (two float32 passes), else float64 (those two give float64);
     always float64 on CUDA (TF32 would round). The bound: any partial sum of an output, in any order, is
     at most max|x| times the sum of that output's |w| (far below terms x max|w| for real kernels, so most
-    layers take the single float32 pass)."""
+    layers take the single float32 pass). `w_sum`: that largest sum of one output's |w|, worked out with w."""
     if x_int.is_cuda:
         return kernel(x_int.double(), w_int.double())
-    w_sum = float(w_int.abs().flatten(1).sum(1).max()) if w_int.numel() else 0.0
     x_max = max(abs(float(v)) for v in torch.aminmax(x_int)) if x_int.numel() else 0.0  # no |x| copy
     if x_max * w_sum < _F32_EXACT:
         return kernel(x_int, w_int)
