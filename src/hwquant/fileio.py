@@ -1,11 +1,13 @@
 """File writing that never leaves a partial file behind."""
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable, List, Union
 
+from hwquant.core.distributed import process_rank
 from hwquant.errors import FileWriteError
 
 
@@ -67,6 +69,11 @@ def write_through_temporary(path: Union[str, os.PathLike], write: Callable[[str]
     temporary file).
     """
     path = Path(path)
+    rank = process_rank()
+    if rank != 0:  # a multi-process run: every rank holds the same model, rank 0 writes it
+        logging.getLogger("hwquant").info("rank %d: '%s' is written by rank 0 (one writer per multi-process run)",
+                                          rank, path)
+        return path
     folder = path.parent
     if not folder.is_dir():
         raise FileNotFoundError(f"cannot write '{path}': folder '{folder}' does not exist")

@@ -145,6 +145,9 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
     # The channel axis of activations (PyTorch 1, channels first; Keras -1, channels last): per-channel
     # statistics, and the convolutions' channels. A dense layer always reads the last axis.
     activation_channel_axis: int
+    # The processes this run spans (core/distributed.py): SINGLE_PROCESS unless the framework's own
+    # multi-process runtime is initialised (torch.distributed)
+    collective: Any
 
     def attach(self, tpc: Any, custom_opset_to_layer: Optional[Dict[str, Any]] = None) -> Any:
         """The TPC attached to this framework's layers (a FrameworkQuantizationCapabilities)."""

@@ -9,6 +9,7 @@ import numpy as np
 
 from hwquant.constants import LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN
 from hwquant.core.consumer_error import ValueMap
+from hwquant.core.distributed import statistics_pass
 from hwquant.core.framework_adapter import FrameworkAdapter
 from hwquant.core.graph import Graph, Node
 from hwquant.core.node_config import NodeQuantizationConfig
@@ -26,7 +27,9 @@ def collect_statistics(graph: Graph, adapter: FrameworkAdapter, statistics: Dict
     shapes = {n: graph.node(n).output_shape for n in names}
     fresh = {n: TensorStatistics(channel_axis=axis, per_channel=isinstance(s, tuple) and len(s) >= 2)
              for n, s in shapes.items()}
-    batches = adapter.collect_statistics(graph, fresh, data) if names else 0
+    # (across processes: each rank's batches, every summary added on every rank in global order)
+    batches = statistics_pass(adapter.collective, fresh, data,
+                              lambda stats, batches: adapter.collect_statistics(graph, stats, batches)) if names else 0
     statistics.update(fresh)
     return batches
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from hwquant.core import candidates as cand
 from hwquant.core.consumer_error import consumer_value_map
+from hwquant.core.distributed import check_same_run, first_batches
 from hwquant.core.float_layers import layers_left_float, log_layers_left_float
 from hwquant.core.graph import Graph
 from hwquant.core.node_params import collect_statistics, restore_biases, set_activation_params, set_weights_params
@@ -105,7 +106,15 @@ def run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable 
             keep_float_graph: bool = False) -> PipelineState:
     """Post-training quantization of `state.graph` in place: every node gets its final config with
     quantization parameters. The framework adapter then builds the model. `keep_float_graph` keeps
-    the graph as it is before bias correction in `state.float_graph`."""
+    the graph as it is before bias correction in `state.float_graph`. Under a multi-process run (the
+    adapter's collective) every rank gets the same result, that of one process reading every rank's data."""
+    collective = state.adapter.collective
+    with collective.guard("quantizing"):  # (a failure here stops the other ranks with its message)
+        check_same_run(collective, state.graph, state.tpc)
+        return _run_ptq(state, data, progress, keep_float_graph)
+
+
+def _run_ptq(state: PipelineState, data: Iterable[List[Any]], progress: Callable, keep_float_graph: bool) -> PipelineState:
     prepare(state)
     calibrate(state, data, progress)
     keep_masks_float(state)
@@ -155,7 +164,8 @@ def bias_correction_where_it_helps(state: PipelineState, data: Iterable[List[Any
     with_correction = adapter.fake_quantized_model(state.graph)
     restore_biases(state.graph, adapter, before)
     reference, without = adapter.build(state.graph, quantized=False), adapter.fake_quantized_model(state.graph)
-    errors = adapter.relative_output_errors(reference, [without, with_correction], data, BIAS_CORRECTION_JUDGE_SAMPLES)
+    judged = first_batches(adapter.collective, data, BIAS_CORRECTION_JUDGE_SAMPLES, "judging bias correction")
+    errors = adapter.relative_output_errors(reference, [without, with_correction], judged, BIAS_CORRECTION_JUDGE_SAMPLES)
     state.report.bias_correction_error = {"without": errors[0], "with": errors[1]}
     if errors[0] < errors[1]:
         log.info("bias correction undone: the output error on the representative data is %.3g without it, %.3g "

@@ -13,7 +13,9 @@
   time (``w -> w * 2**k``). The new edges are a subset of the old ones, so the counts stay exact
   and no sample is ever kept. To keep calibration fast on big activations, each batch adds at most
   ``max_hist_samples_per_batch`` values to the histogram: a uniform random subsample (with
-  replacement) drawn from a seeded generator. Min / max / mean / std stay exact on the full tensor.
+  replacement) drawn from a generator seeded with (seed, the batch's index). Each batch's draw depends
+  on nothing else, so batches summarised in other processes (core/distributed.py) and added in their
+  order give the same statistics, bit for bit. Min / max / mean / std stay exact on the full tensor.
 
 A value lands in bin ``g`` exactly when ``g * w <= x < (g + 1) * w`` (checked against the float
 edges themselves), so :meth:`histogram` agrees with ``np.histogram`` on the same edges.
@@ -65,7 +67,7 @@ class TensorStatistics:
         n_bins: number of histogram bins (>= 2).
         per_channel: also collect per-channel min / max / mean.
         max_hist_samples_per_batch: at most this many values of a batch go into the histogram.
-        seed: seed of the subsampling generator (an int, None, or a numpy Generator).
+        seed: seed of the subsampling (an int; None: a random one; a numpy Generator: one drawn from it).
     """
 
     def __init__(self, channel_axis: Optional[int] = 1, n_bins: int = 2048, per_channel: bool = False,
@@ -82,7 +84,12 @@ class TensorStatistics:
         self.n_bins = int(n_bins)
         self.per_channel = bool(per_channel)
         self.max_hist_samples_per_batch = int(max_hist_samples_per_batch)
-        self._rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        if isinstance(seed, np.random.Generator):
+            seed = int(seed.integers(2 ** 63))
+        elif seed is None:
+            seed = int(np.random.SeedSequence().entropy % 2 ** 63)
+        self.seed = int(seed)
+        self.batches = 0  # batches added so far: the index the next batch's subsample is drawn with
         self.has_sentinels = False  # a batch held masking sentinels (see add)
         self._count = 0
         self._mean = 0.0
@@ -112,10 +119,12 @@ class TensorStatistics:
         holding masking sentinels (infinities, or magnitudes from MASK_SENTINEL up, such as the
         float32 minimum that attention masks add) is not added: `has_sentinels` is set instead."""
         lo, hi = batch.min, batch.max
+        self.batches += 1
         if not (math.isnan(lo) or math.isnan(hi)) and max(abs(lo), abs(hi)) >= MASK_SENTINEL:
             self.has_sentinels = True
             return self
         if not (math.isfinite(lo) and math.isfinite(hi)):
+            self.batches -= 1
             raise ValueError("the activation contains NaN or inf values "
                              f"(batch of shape {batch.shape}, min={lo}, max={hi})")
         if batch.count == 0:
@@ -154,11 +163,13 @@ class TensorStatistics:
         self._m2 += m2 + delta * delta * self._count * n / total
         self._count = total
 
-    def sample_indices(self, size: int) -> Optional[np.ndarray]:
-        """Indices of the values of a `size`-value batch that go into the histogram (None: all)."""
+    def sample_indices(self, size: int, batch_index: Optional[int] = None) -> Optional[np.ndarray]:
+        """Indices of the values of a `size`-value batch that go into the histogram (None: all), drawn
+        for the batch ``batch_index`` (default: the next one, ``self.batches``)."""
         if size <= self.max_hist_samples_per_batch:
             return None
-        return self._rng.integers(0, size, self.max_hist_samples_per_batch)
+        index = self.batches if batch_index is None else batch_index
+        return np.random.default_rng([self.seed, index]).integers(0, size, self.max_hist_samples_per_batch)
 
     def _update_histogram(self, flat: np.ndarray, lo: float, hi: float) -> None:
         self._cover(lo, hi)
@@ -338,6 +349,7 @@ class TensorStatistics:
         self._counts += np.bincount(g, weights=o_counts[nz], minlength=self.n_bins).astype(np.int64)
         self._combine(other._count, other._mean, other._m2)
         self._min, self._max = lo, hi
+        self.batches += other.batches
         return self
 
     def shifted(self, c: float) -> "TensorStatistics":
@@ -345,7 +357,7 @@ class TensorStatistics:
         exact, histogram included (its edges move with it). Shift-negative correction uses it for
         the tensors it shifts instead of running the model again."""
         out = TensorStatistics(self.channel_axis, self.n_bins, self.per_channel, self.max_hist_samples_per_batch,
-                               seed=self._rng)
+                               seed=self.seed)
         out._copy_from(self)
         if self._count:
             out._min, out._max, out._mean, out._origin = self._min + c, self._max + c, self._mean + c, self._origin + c
@@ -372,7 +384,8 @@ class TensorStatistics:
         return self.add(summary)
 
     def _copy_from(self, other: "TensorStatistics") -> None:
-        for name in ("_count", "_mean", "_m2", "_min", "_max", "_origin", "_w", "_start", "_ch_count", "has_sentinels"):
+        for name in ("_count", "_mean", "_m2", "_min", "_max", "_origin", "_w", "_start", "_ch_count", "has_sentinels",
+                     "batches"):
             setattr(self, name, getattr(other, name))
         for name in ("_counts", "_ch_min", "_ch_max", "_ch_sum"):
             v = getattr(other, name)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from hwquant.core.distributed import SINGLE_PROCESS, Collective, DistributedError, fingerprint
 from hwquant.core.graph import Graph, Node
 from hwquant.core.node_params import set_bias
 from hwquant.errors import InvalidConfigError
@@ -45,8 +46,13 @@ class GPTQBackend(ABC):
     weights are asked for), ``start``, then ``shuffle`` / ``set_quantized_fraction`` / ``step`` per
     step, ``learned``, ``correct_biases``."""
 
-    adapter: Any  # the framework adapter (names the weights)
+    adapter: Any  # the framework adapter (names the weights; its collective: the processes of the run)
     teacher_cached: bool = False
+
+    def gather_samples(self) -> None:
+        """Across processes: replace this rank's training samples by every rank's (rank order), for the
+        bias correction after training, which then decides the same on every rank."""
+        raise NotImplementedError(f"{type(self).__name__} does not run across processes")
 
     @abstractmethod
     def build(self, graph: Graph, cfg: GradientPTQConfig, samples: Sequence[Any]) -> List[Node]:
@@ -136,13 +142,19 @@ def hessian_loss_weights(cfg: GradientPTQConfig, backend: GPTQBackend, n_samples
     h = cfg.hessian_weights_config
     if h is None:
         return np.full(n_points, 1.0 / n_points, np.float32), np.ones(n_points, np.float32)
-    n = n_samples if h.per_sample or h.hessians_num_samples is None else min(h.hessians_num_samples, n_samples)
-    if not h.per_sample and h.hessians_num_samples is not None and h.hessians_num_samples > n_samples:
-        log.info("GPTQ Hessian scores: %d samples asked, the data has %d", h.hessians_num_samples, n_samples)
+    collective = getattr(backend.adapter, "collective", SINGLE_PROCESS)
+    asked = h.hessians_num_samples
+    if asked is not None and collective.distributed:  # sharded: each rank scores its share of the samples
+        asked = -(-asked // collective.world_size)
+    n = n_samples if h.per_sample or asked is None else min(asked, n_samples)
+    if not h.per_sample and asked is not None and asked > n_samples:
+        log.info("GPTQ Hessian scores: %d samples asked, the data has %d", asked, n_samples)
     scores = backend.hessian_scores(n, h.hessian_batch_size, h.per_sample)
-    if h.per_sample:
-        return scores.astype(np.float32), scores.mean(0).astype(np.float32)
-    scores = scores.astype(np.float64)
+    # every rank's scores (rank order): the weights below are means over all of them
+    everyone = np.concatenate(collective.exchange(scores, "computing GPTQ Hessian scores"))
+    if h.per_sample:  # (the loss weights stay per sample: this rank's own samples)
+        return scores.astype(np.float32), everyone.mean(0).astype(np.float32)
+    scores = everyone.astype(np.float64)
     if h.norm_scores:
         scores = scores / (scores.sum(1, keepdims=True) + 1e-12)
     mean = scores.mean(0)
@@ -162,6 +174,13 @@ def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, sampl
     with a bias correction for the learned rounding (measured, or ``analytic_correction``, whichever
     leaves the output closer to the float model's on the samples). ``samples``: one array per model input
     holding every training sample. Returns the run's information (UserInformation.gptq_info_dict)."""
+    collective = getattr(backend.adapter, "collective", SINGLE_PROCESS)
+    with collective.guard("training GPTQ"):  # (a failure here stops the other ranks with its message)
+        return _gptq_train(graph, backend, cfg, samples, batch_size, analytic_correction, collective)
+
+
+def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samples: Sequence[Any], batch_size: int,
+                analytic_correction: AnalyticCorrection, collective: Collective) -> Dict[str, Any]:
     start = time.perf_counter()
     layers = backend.build(graph, cfg, samples)
     if not layers:
@@ -170,6 +189,7 @@ def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, sampl
     names = [node.name for node in layers]
     point_of = {node.name: interest_point(node) for node in layers}
     n_samples = len(samples[0])
+    check_same_steps(collective, n_samples, batch_size)
     steps_per_epoch = -(-n_samples // batch_size)
     total_steps = cfg.n_epochs * steps_per_epoch
     loss_weights, reg_weights = hessian_loss_weights(cfg, backend, n_samples, len(layers))
@@ -212,7 +232,11 @@ def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, sampl
             set_bias(node, backend.adapter, found.bias)
         kernels[node.name] = found.kernel
     wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
+    if collective.distributed:  # the correction is fitted and judged on every rank's samples, identically
+        backend.gather_samples()
     correction = backend.correct_biases(graph, kernels, analytic_correction, wanted, point_of)
+    if collective.distributed:
+        agree_with_rank_0(collective, graph, names)
     log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
              "bias correction (%s) %.1f s)", len(names), step, losses[0], losses[-1], hessian_seconds, training_seconds,
              correction["bias_correction"], time.perf_counter() - start - hessian_seconds - training_seconds)
@@ -220,6 +244,43 @@ def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, sampl
             "interest_points": list(point_of.values()), "hessian_seconds": hessian_seconds,
             "training_seconds": training_seconds, "rounding_type": cfg.rounding_type.name,
             "teacher_cached": teacher_cached, **correction}
+
+
+def check_same_steps(collective: Collective, n_samples: int, batch_size: int) -> None:
+    """Across processes every rank must take the same steps: as many samples, in batches of one size
+    (the global batch is world_size times it)."""
+    if not collective.distributed:
+        return
+    replies = collective.exchange((n_samples, batch_size), "starting GPTQ")
+    if len(set(replies)) > 1:
+        raise DistributedError(f"GPTQ needs every rank to train the same steps, but the ranks' data have (samples, "
+                               f"batch size) {replies}: give every rank as many samples in batches of one size "
+                               "(DistributedSampler with drop_last=True, or hwquant.torch.distributed.shard)")
+
+
+def agree_with_rank_0(collective: Collective, graph: Graph, names: List[str]) -> None:
+    """Every rank ends with rank 0's trained layers. The averaged gradients make them equal already; should
+    float reductions on different hardware leave them apart, rank 0's weights are taken, and it is said."""
+    def state(name: str) -> tuple:
+        node = graph.node(name)
+        params = {a: w.weights_quantization_params for a, w in node.final_config.weights_quantization_cfg.attrs.items()}
+        return node.weights, params
+
+    mine = fingerprint(*[np.asarray(w) for name in names for w in state(name)[0].values()],
+                       repr([state(name)[1] for name in names]))
+    prints = collective.exchange(mine, "comparing the GPTQ results")
+    if len(set(prints)) == 1:
+        return
+    log.info("GPTQ: the ranks' trained weights differ by float rounding (fingerprints %s): every rank takes rank 0's",
+             prints)
+    first = collective.exchange({name: state(name) for name in names} if collective.rank == 0 else None,
+                                "taking rank 0's GPTQ results")[0]
+    for name, (weights, params) in first.items():
+        node = graph.node(name)
+        for attr, value in weights.items():
+            node.set_weight(attr, value)
+        for attr, p in params.items():
+            node.final_config.weights_quantization_cfg.attrs[attr].weights_quantization_params = p
 
 
 def training_batch_size(batches: Sequence[Sequence[Any]]) -> int:

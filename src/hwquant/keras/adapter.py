@@ -20,6 +20,7 @@ from hwquant.core.framework_adapter import BatchNormParams
 from hwquant.core.framework_info import FrameworkInfo
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.tpc.attachment import whole_table
+from hwquant.core.distributed import SINGLE_PROCESS
 from hwquant.core.statistics import summarize
 from hwquant.keras.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.keras.builder import build_model
@@ -66,6 +67,8 @@ _WHOLE_TABLE = whole_table(OPSET_TO_LAYERS)  # what kind of operation a layer is
 class KerasAdapter(KerasCorrectionFacts):
     name = "keras"
     activation_channel_axis = -1  # channels last
+
+    collective = SINGLE_PROCESS  # (Keras runs in one process)
 
     def __init__(self, graph: Optional[Graph] = None, fw_info: FrameworkInfo = DEFAULT_KERAS_INFO):
         self.graph = graph  # the graph being quantized: the corrections' facts read its input shapes

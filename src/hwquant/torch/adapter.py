@@ -58,6 +58,13 @@ class PytorchAdapter(PytorchCorrectionFacts):
     name = "pytorch"
     activation_channel_axis = 1  # channels first
 
+    @property
+    def collective(self) -> Any:
+        """The ranks of an initialised torch.distributed run (created on first use, which the pipeline
+        makes on every rank at the same point), else the single process."""
+        from hwquant.torch.distributed import collective
+        return collective()
+
     def __init__(self, device: Optional[torch.device] = None, fw_info: FrameworkInfo = DEFAULT_PYTORCH_INFO):
         self.device = device or torch.device("cpu")
         self.fw_info = fw_info

@@ -53,12 +53,26 @@ def pytorch_quantization_aware_training_init_experimental(
     return model, user_information(state, adapter)
 
 
+def _refuse_sharded(model: Any) -> None:
+    """A model sharded by FSDP holds a shard of each variable: finalizing needs the whole model."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(model, nn.Module) and any(isinstance(p, DTensor) for p in model.parameters()):
+        raise InvalidConfigError(
+            "the model is sharded (FSDP's fully_shard: its parameters are DTensors), and finalizing needs every "
+            "variable whole. Keep an unsharded copy made before fully_shard (skeleton = copy.deepcopy(qat_model)), "
+            "then on every rank: full = torch.distributed.checkpoint.state_dict.get_model_state_dict(model, "
+            "options=StateDictOptions(full_state_dict=True)); skeleton.load_state_dict(full); and finalize the "
+            "skeleton (docs/guide/distributed.md)")
+
+
 def pytorch_quantization_aware_training_finalize_experimental(in_model: nn.Module) -> nn.Module:
     """The inferable quantized model of a trained QAT model, in eval mode: each trainable quantizer
     becomes the fixed quantizer of its learned grid, so the result gives bitwise the trained model's
     eval-mode outputs and exports like any PTQ model. ``in_model`` is left as it is (a copy is
     converted, as MCT does): training can go on after finalizing at an intermediate epoch, and
     finalizing it again gives the same model."""
+    _refuse_sharded(in_model)
     if isinstance(in_model, nn.Module) and next(trainable_quantizers(in_model), None) is None:
         convert_to_inferable(in_model)  # (says why, before a copy is made)
     return convert_to_inferable(copy_model(in_model) if isinstance(in_model, nn.Module) else in_model).eval()

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import fx, nn
 
+import hwquant.torch.distributed  # noqa: F401 (registers this process's rank: rank 0 alone writes files)
 from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
 from hwquant.torch import load_allowlist as allowlist

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
+from hwquant.core.distributed import SINGLE_PROCESS, Collective, first_batches, gather_rows, my_share
 from hwquant.core.graph import Graph, Node
 from hwquant.core.mixed_precision.sensitivity import combine_distances, interest_points, needs_measurement, normalise_scores
 from hwquant.core.resource_utilization import max_bits_config
@@ -28,10 +29,11 @@ class SensitivityBackend(ABC):
 
     model: Any  # the built quantized model
 
-    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
-        """The first ``n`` samples of ``data``, as batches ready for the models."""
+    def images(self, data: Iterable[List[Any]], n: int, collective: Collective = SINGLE_PROCESS) -> List[List[Any]]:
+        """The first ``n`` samples of ``data`` (of every rank's data, in global order), as batches ready
+        for the models."""
         batches, seen = [], 0
-        for batch in data:
+        for batch in first_batches(collective, data, n, "gathering the mixed-precision images"):
             if seen >= n:
                 break
             take = min(len(batch[0]), n - seen)
@@ -77,38 +79,45 @@ class SensitivityBackend(ABC):
 
 
 def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                          cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend) -> List[List[float]]:
+                          cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend,
+                          collective: Collective = SINGLE_PROCESS) -> List[List[float]]:
     """sensitivity[i][c] of configurable node i at candidate c, on the first ``cfg.num_of_images``
-    samples of ``data``, normalised by MCT's rules."""
-    batches = backend.images(data, cfg.num_of_images)
+    samples of ``data``, normalised by MCT's rules. Across processes every rank takes the same global
+    images; the measured figures are split by node (each node's are independent of the others') and
+    gathered, the estimate (a few backward passes) runs whole on every rank."""
+    batches = backend.images(data, cfg.num_of_images, collective)
     points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
     scores = None if needs_measurement(cfg) else backend.estimate(graph, configurable, batches, cfg, points, outputs)
     if scores is None:
-        scores = _measured(graph, configurable, batches, cfg, backend, points, outputs)
+        scores = _measured(graph, configurable, batches, cfg, backend, points, outputs, collective)
     return normalise_scores(scores, configurable, cfg)
 
 
 def _measured(graph: Graph, configurable: Sequence[Node], batches: List[List[Any]],
               cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend, points: List[str],
-              outputs: List[str]) -> List[List[float]]:
+              outputs: List[str], collective: Collective = SINGLE_PROCESS) -> List[List[float]]:
     observed = list(dict.fromkeys(points + outputs))
     finals = {n.name: n.final_config for n in configurable}
+    mine = my_share(collective, len(configurable))  # (every node, with one process)
     try:
         for node in configurable:  # the baseline: every configurable node at its largest candidate
             node.final_config = max_bits_config(node)
         backend.build(graph, configurable, observed, batches, cfg)
         if cfg.custom_metric_fn is not None:
-            return [_each_candidate(backend, node, lambda: backend.custom_metric(cfg.custom_metric_fn))
-                    for node in configurable]
+            return gather_rows(collective, {
+                i: _each_candidate(backend, configurable[i], lambda: backend.custom_metric(cfg.custom_metric_fn))
+                for i in mine}, len(configurable), "measuring mixed-precision candidates")
         hessian = backend.hessian_traces(points, outputs) \
             if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN and points else {}
-        totals = [[dict.fromkeys(observed, 0.0) for _ in node.candidates] for node in configurable]
+        totals = {i: [dict.fromkeys(observed, 0.0) for _ in configurable[i].candidates] for i in mine}
         for k in range(len(batches)):  # batches outside: a back end may hold one batch's reference at a time
-            for node, rows in zip(configurable, totals):
-                for dists, found in zip(rows, _each_candidate(backend, node, lambda k=k: backend.distances(k))):
+            for i, rows in totals.items():
+                for dists, found in zip(rows, _each_candidate(backend, configurable[i], lambda k=k: backend.distances(k))):
                     for p, d in zip(observed, found):
                         dists[p] += d / len(batches)
-        return [[combine_distances(cfg, dists, points, outputs, hessian) for dists in rows] for rows in totals]
+        return gather_rows(collective, {
+            i: [combine_distances(cfg, dists, points, outputs, hessian) for dists in rows] for i, rows in totals.items()
+        }, len(configurable), "measuring mixed-precision candidates")
     finally:
         for node in configurable:
             node.final_config = finals[node.name]

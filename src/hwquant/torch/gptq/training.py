@@ -202,9 +202,19 @@ class TorchGPTQBackend(GPTQBackend):
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
+        value = loss.detach().clone().reshape(1)
+        collective = self.adapter.collective
+        if collective.distributed:  # the gradient of the global batch's loss: the ranks' gradients averaged
+            grads = [p.grad for opt in self.optimizers for group in opt.param_groups for p in group["params"]
+                     if p.grad is not None]
+            collective.average_(grads + [value], "the GPTQ gradients")
         for opt in self.optimizers:
             opt.step()
-        return float(loss.detach())
+        return float(value[0])
+
+    def gather_samples(self) -> None:
+        everyone = self.adapter.collective.exchange([s.cpu() for s in self.samples], "gathering the GPTQ samples")
+        self.samples = [torch.cat(parts).to(self.device) for parts in zip(*everyone)]
 
     def rounding_state(self) -> tuple:
         rounding = [p for *_, q in self.student.kernels for p in q.get_trainable_variables(VariableGroup.WEIGHTS)]

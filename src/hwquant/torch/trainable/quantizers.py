@@ -27,14 +27,25 @@ class TrainableAffineQuantizer(BasePytorchTrainableQuantizer):
 
     def __init__(self, quantization_config, freeze_quant_params=None):
         super().__init__(quantization_config, freeze_quant_params)
-        self._variable_names = []
+        self._variable_names, self._scalar_names = [], set()
         for name, value in self.initial_values().items():
-            setattr(self, name, torch.nn.Parameter(torch.as_tensor(np.asarray(value), dtype=torch.float32),
-                                                   requires_grad=not self.freeze_quant_params))
+            value = torch.as_tensor(np.asarray(value), dtype=torch.float32)
+            if value.dim() == 0:  # held as one element: FSDP's fully_shard refuses 0-d parameters
+                value, _ = value.reshape(1), self._scalar_names.add(name)
+            setattr(self, name, torch.nn.Parameter(value, requires_grad=not self.freeze_quant_params))
             self._variable_names.append(name)
+        self._register_load_state_dict_pre_hook(self._accept_scalars)
+
+    def _accept_scalars(self, state_dict, prefix, *args) -> None:
+        """Checkpoints written before the per-tensor variables became one-element tensors load too."""
+        for name in self._scalar_names:
+            value = state_dict.get(prefix + name)
+            if isinstance(value, torch.Tensor) and value.dim() == 0:
+                state_dict[prefix + name] = value.reshape(1)
 
     def grid(self) -> quant_math.AffineGrid:
-        return self.grid_of({name: getattr(self, name) for name in self._variable_names})
+        return self.grid_of({name: getattr(self, name).reshape(()) if name in self._scalar_names else getattr(self, name)
+                             for name in self._variable_names})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grid = self.grid()
