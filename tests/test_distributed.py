@@ -4,8 +4,12 @@ are bitwise the single process's; GPTQ equals it within training noise and is id
 QAT trains under DDP and FSDP; bad set-ups stop every rank with a message."""
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import distributed_workers as workers  # tests/distributed_workers.py
 import numpy as np
@@ -30,7 +34,6 @@ def launch(scenario: str, folder, timeout_s: float = 240, env=None):
     """Run ``scenario`` on two spawned ranks; returns (each rank's saved result or None, exit codes)."""
     ctx = mp.get_context("spawn")
     port = _free_port()
-    import os
     old = {k: os.environ.get(k) for k in (env or {})}
     os.environ.update(env or {})
     try:
@@ -181,3 +184,17 @@ def test_bad_timeout_is_refused(monkeypatch):
     monkeypatch.setenv("HWQUANT_DISTRIBUTED_TIMEOUT", "soon")
     with pytest.raises(InvalidConfigError, match="HWQUANT_DISTRIBUTED_TIMEOUT"):
         timeout_seconds()
+
+
+def test_the_documented_torchrun_recipe(tmp_path):
+    """torchrun, DistributedSampler, PTQ, export: both ranks hold the same model, one file is written."""
+    here = Path(__file__).parent
+    out = tmp_path / "model.onnx"
+    env = {**os.environ, "PYTHONPATH": f"{here}{os.pathsep}{here.parent}"}
+    proc = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc-per-node", "2",
+                           "--master-port", str(_free_port()), str(here / "distributed_torchrun_job.py"), str(out)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2 and lines[0].split()[-1] == lines[1].split()[-1], proc.stdout
+    assert out.exists() and [p.name for p in tmp_path.iterdir()] == ["model.onnx"]  # one writer, no temporaries

@@ -185,8 +185,11 @@ def statistics_pass(collective: Collective, statistics: Dict[str, Any], data: It
     world, rank = collective.world_size, collective.rank
     index = _GlobalIndex()
     pending: Dict[str, Any] = {}
-    views = {name: _RecordingStatistics(s, index, lambda summary, name=name: pending.__setitem__(name, summary))
-             for name, s in statistics.items()}
+
+    def recorder(name: str) -> Callable[[Any], None]:
+        return lambda summary: pending.__setitem__(name, summary)
+
+    views = {name: _RecordingStatistics(s, index, recorder(name)) for name, s in statistics.items()}
     total = rounds = 0
 
     def share(local: Optional[int]) -> None:
@@ -245,7 +248,7 @@ def global_batches(collective: Collective, local: Sequence[Any], what: str) -> L
     if not collective.distributed:
         return list(local)
     per_rank = collective.exchange(list(local), what)
-    out = []
+    out: List[Any] = []
     for k in range(max(len(b) for b in per_rank)):
         out.extend(b[k] for b in per_rank if k < len(b))
     return out

@@ -87,7 +87,7 @@ class TensorStatistics:
         if isinstance(seed, np.random.Generator):
             seed = int(seed.integers(2 ** 63))
         elif seed is None:
-            seed = int(np.random.SeedSequence().entropy % 2 ** 63)
+            seed = int(np.random.default_rng().integers(2 ** 63))
         self.seed = int(seed)
         self.batches = 0  # batches added so far: the index the next batch's subsample is drawn with
         self.has_sentinels = False  # a batch held masking sentinels (see add)

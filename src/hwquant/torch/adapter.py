@@ -120,7 +120,7 @@ class PytorchAdapter(PytorchCorrectionFacts):
 
     def sensitivity_backend(self) -> Any:
         from hwquant.torch.mixed_precision import TorchSensitivityBackend
-        return TorchSensitivityBackend(self.device)
+        return TorchSensitivityBackend(self.device, self.collective)
 
     def build(self, graph: Graph, quantized: bool) -> torch.nn.Module:
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)

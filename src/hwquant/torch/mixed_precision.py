@@ -14,6 +14,7 @@ import torch
 from torch import fx
 
 from hwquant.core.config import MpDistanceWeighting
+from hwquant.core.distributed import SINGLE_PROCESS, Collective, gather_rows, my_share
 from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.core.mixed_precision.sensitivity import point_weights
@@ -51,7 +52,11 @@ def _hessian_traces(model, batches, points: List[str], outputs: List[str], obser
 
 
 @torch.enable_grad()
-def _probed(graph, configurable, batches, points, outputs, cfg, device) -> List[List[float]]:
+def _probed(graph, configurable, batches, points, outputs, cfg, device,
+            collective: Collective = SINGLE_PROCESS) -> List[List[float]]:
+    """The probe estimate of every candidate's figure. Each batch's sums are computed on their own (its
+    probes seeded by its index), so across processes the batches are dealt to the ranks and the sums
+    gathered and added in batch order: the same figures as one process."""
     tracked = [n.name for n in configurable]
     single = [n.kind == NodeKind.MODULE and len(n.inputs) == 1 for n in configurable]
     input_names = [n.inputs[0] if s else n.name for n, s in zip(configurable, single)]
@@ -60,29 +65,42 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device) -> List[
     hessian = (_hessian_traces(model, batches, points, outputs, observed)
                if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN else {})
     weights = point_weights(cfg, points, outputs, hessian)
+    with torch.no_grad():  # a_p = sqrt(weight_p / E|Y_p|^2), energies from the first batch
+        first = dict(zip(observed, model(*batches[0])[1]))
+        scale = {p: math.sqrt(w / (float((first[p] ** 2).flatten(1).sum(1).mean()) + 1e-12)) for p, w in weights.items()}
+        del first
+    mine = {k: _probe_batch(model, batches[k], k, configurable, tracked, input_names, single, observed, scale)
+            for k in my_share(collective, len(batches))}
+    sums = gather_rows(collective, mine, len(batches), "estimating mixed-precision sensitivities")
     totals = [[0.0] * len(n.candidates) for n in configurable]
-    generator = torch.Generator().manual_seed(0)
-    seen, scale = 0, None
-    for batch in batches:
-        xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
-        _, tensors = model(*xs)
-        by_name = dict(zip(observed, tensors))
-        ys = [by_name[n] for n in tracked]
-        inputs = [by_name[name] if s else None for name, s in zip(input_names, single)]
-        deltas = _deltas(configurable, inputs, ys)
-        if scale is None:  # a_p = sqrt(weight_p / E|Y_p|^2), energies from the first batch
-            scale = {p: math.sqrt(w / (float((by_name[p].detach() ** 2).flatten(1).sum(1).mean()) + 1e-12))
-                     for p, w in weights.items()}
-        for _ in range(PROBE_ROUNDS):
-            loss = sum((torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a * by_name[p]).sum()
-                       for p, a in scale.items())
-            grads = torch.autograd.grad(loss, ys, retain_graph=True, allow_unused=True)
-            for i, g in enumerate(grads):
-                if g is not None:
-                    for c, d in enumerate(deltas[i]):
-                        totals[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
-        seen += len(batch[0])
+    for batch_sums in sums:
+        for row, batch_row in zip(totals, batch_sums):
+            for c, v in enumerate(batch_row):
+                row[c] += v
+    seen = sum(len(b[0]) for b in batches)
     return [[t / (max(seen, 1) * PROBE_ROUNDS) for t in row] for row in totals]
+
+
+def _probe_batch(model, batch, index: int, configurable, tracked, input_names, single, observed,
+                 scale: Dict[str, float]) -> List[List[float]]:
+    """One batch's sums of the squared probe projections, per node and candidate."""
+    generator = torch.Generator().manual_seed(index)
+    xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
+    _, tensors = model(*xs)
+    by_name = dict(zip(observed, tensors))
+    ys = [by_name[n] for n in tracked]
+    inputs = [by_name[name] if s else None for name, s in zip(input_names, single)]
+    deltas = _deltas(configurable, inputs, ys)
+    sums = [[0.0] * len(n.candidates) for n in configurable]
+    for _ in range(PROBE_ROUNDS):
+        loss = sum((torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a * by_name[p]).sum()
+                   for p, a in scale.items())
+        grads = torch.autograd.grad(loss, ys, retain_graph=True, allow_unused=True)
+        for i, g in enumerate(grads):
+            if g is not None:
+                for c, d in enumerate(deltas[i]):
+                    sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
+    return sums
 
 
 @torch.no_grad()
@@ -142,14 +160,14 @@ def _distance(cfg, reference: torch.Tensor, quantized: torch.Tensor) -> float:
 
 
 class TorchSensitivityBackend(SensitivityBackend):
-    def __init__(self, device: Any):
-        self.device = device
+    def __init__(self, device: Any, collective: Collective = SINGLE_PROCESS):
+        self.device, self.collective = device, collective
 
     def ready(self, t: Any, take: int) -> Any:
         return t[:take].to(self.device).float() if isinstance(t, torch.Tensor) else t
 
     def estimate(self, graph, configurable, batches, cfg, points, outputs) -> Optional[List[List[float]]]:
-        return _probed(graph, configurable, batches, points, outputs, cfg, self.device)
+        return _probed(graph, configurable, batches, points, outputs, cfg, self.device, self.collective)
 
     def build(self, graph, configurable, observed, batches, cfg) -> None:
         self.observed, self.batches, self.cfg = list(observed), batches, cfg

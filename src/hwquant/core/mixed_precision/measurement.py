@@ -84,7 +84,7 @@ def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iter
     """sensitivity[i][c] of configurable node i at candidate c, on the first ``cfg.num_of_images``
     samples of ``data``, normalised by MCT's rules. Across processes every rank takes the same global
     images; the measured figures are split by node (each node's are independent of the others') and
-    gathered, the estimate (a few backward passes) runs whole on every rank."""
+    gathered; a back end's estimate may split its own work (PyTorch's probes: by batch)."""
     batches = backend.images(data, cfg.num_of_images, collective)
     points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
     scores = None if needs_measurement(cfg) else backend.estimate(graph, configurable, batches, cfg, points, outputs)
