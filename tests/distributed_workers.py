@@ -74,6 +74,10 @@ def quantize(rank: int, world: int) -> Dict[str, Any]:
     q, info = mct.ptq.pytorch_post_training_quantization(model(), gen(data), target_resource_utilization=target,
                                                          core_config=mct.core.CoreConfig(mixed_precision_config=mp_cfg))
     out["mp"], out["mp_choice"] = state(q), list(info.mixed_precision_cfg)
+    probed = mct.core.MixedPrecisionQuantizationConfig(num_of_images=3 * BATCH)  # (the default: probe estimate)
+    q, info = mct.ptq.pytorch_post_training_quantization(model(), gen(data), target_resource_utilization=target,
+                                                         core_config=mct.core.CoreConfig(mixed_precision_config=probed))
+    out["mp_probed"], out["mp_probed_choice"] = state(q), list(info.mixed_precision_cfg)
 
     # GPTQ: the same global batch (each step, the ranks' batches together make the single process's)
     batches = global_batches()

@@ -91,12 +91,13 @@ def test_ptq_across_ranks_is_bitwise_the_single_process(quantized):
     _same(ranks[1]["ptq"], single["ptq"])
 
 
-def test_mixed_precision_across_ranks_chooses_as_one_process(quantized):
+@pytest.mark.parametrize("kind", ["mp", "mp_probed"])  # measured (split by node), estimated (split by batch)
+def test_mixed_precision_across_ranks_chooses_as_one_process(quantized, kind):
     single, ranks = quantized
-    assert ranks[0]["mp_choice"] == ranks[1]["mp_choice"] == single["mp_choice"]
-    assert len(set(single["mp_choice"])) > 1  # a real choice was made (not every node at one width)
-    _same(ranks[0]["mp"], single["mp"])
-    _same(ranks[1]["mp"], single["mp"])
+    assert ranks[0][f"{kind}_choice"] == ranks[1][f"{kind}_choice"] == single[f"{kind}_choice"]
+    assert len(set(single[f"{kind}_choice"])) > 1  # a real choice was made (not every node at one width)
+    _same(ranks[0][kind], single[kind])
+    _same(ranks[1][kind], single[kind])
 
 
 def test_gptq_across_ranks_is_identical_on_every_rank_and_close_to_one_process(quantized):
