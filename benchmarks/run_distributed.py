@@ -51,7 +51,7 @@ def _timed(owner: Any, name: str, bucket: str, clock: Dict[str, float], extra=No
 
 def instrument(clock: Dict[str, float]) -> None:
     """Time the pipeline's stages and every exchange between the ranks (and count its bytes)."""
-    from hwquant.core import distributed, pipeline
+    from hwquant.core import pipeline
     from hwquant.gptq import training as core_training
     from hwquant.torch import distributed as torch_distributed
     from hwquant.torch import session
@@ -71,7 +71,7 @@ def instrument(clock: Dict[str, float]) -> None:
 
     def count(args, result):
         clock["exchanged bytes"] += len(pickle.dumps(args[1], protocol=4))
-    _timed(distributed.Collective, "_all_gather", "exchanges (objects)", clock, count)
+    _timed(torch_distributed.TorchCollective, "_all_gather", "exchanges (objects)", clock, count)
     _timed(torch_distributed.TorchCollective, "average_", "gradient all-reduce", clock,
            lambda args, result: clock.__setitem__("all-reduced bytes", clock["all-reduced bytes"]
                                                   + sum(t.numel() * 4 for t in args[1])))
@@ -90,7 +90,11 @@ def job(rank: int, world: int, threads: int, port: int, n_calib: int, n_gptq: in
     calib, evals, _ = assets.all_photos_and_imagenet_sets(n_calib, 64)
     local = BATCH // world
 
-    def batches(samples):  # the global batches of BATCH, this rank's share of each
+    def whole_batches(samples):  # calibration: batches of BATCH, dealt round robin (batch i to rank i % world)
+        return lambda: iter([[samples[i:i + BATCH]] for k, i in enumerate(range(0, len(samples), BATCH))
+                             if k % world == rank])
+
+    def batches(samples):  # GPTQ: the global batches of BATCH, this rank's share of each
         return lambda: iter([[samples[i + rank * local:i + (rank + 1) * local]] for i in range(0, len(samples), BATCH)])
 
     clock: Dict[str, float] = defaultdict(float)
@@ -98,14 +102,14 @@ def job(rank: int, world: int, threads: int, port: int, n_calib: int, n_gptq: in
     out: Dict[str, Any] = {"world": world, "threads": threads}
     model = mobilenet_v2_pretrained()
     t0 = time.perf_counter()
-    q, _ = mct.ptq.pytorch_post_training_quantization(model, batches(calib))
+    q, _ = mct.ptq.pytorch_post_training_quantization(model, whole_batches(calib))
     out["ptq_seconds"] = time.perf_counter() - t0
     out["ptq_stages"] = dict(clock)
     out["ptq_state"] = {k: v.clone() for k, v in q.state_dict().items()}
     clock.clear()
     cfg = mct.gptq.get_pytorch_gptq_config(n_epochs=epochs)
     t0 = time.perf_counter()
-    q, info = mct.gptq.pytorch_gradient_post_training_quantization(model, batches(calib), gptq_config=cfg,
+    q, info = mct.gptq.pytorch_gradient_post_training_quantization(model, whole_batches(calib), gptq_config=cfg,
                                                                    gptq_representative_data_gen=batches(calib[:n_gptq]))
     out["gptq_seconds"] = time.perf_counter() - t0
     out["gptq_stages"] = dict(clock)

@@ -4,10 +4,12 @@ are bitwise the single process's; GPTQ equals it within training noise and is id
 QAT trains under DDP and FSDP; bad set-ups stop every rank with a message."""
 from __future__ import annotations
 
+import copy
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hwquant.core.distributed import SINGLE_PROCESS, global_batches, statistics_pass
+from hwquant.core.distributed import SINGLE_PROCESS, Collective, global_batches, statistics_pass
 from hwquant.core.statistics import TensorStatistics, summarize
 from hwquant.errors import InvalidConfigError
 
@@ -167,6 +169,61 @@ def test_statistics_added_in_global_order_equal_one_pass():
     assert (merged.min, merged.max, merged.mean, merged.std) == (one.min, one.max, one.mean, one.std)
 
 
+class _ThreadRanks(Collective):
+    """Ranks as threads of this process: exchange is an all-gather through shared slots and a barrier."""
+
+    def __init__(self, rank, world, slots, barrier):
+        self.rank, self.world_size, self.slots, self.barrier = rank, world, slots, barrier
+
+    def _all_gather(self, payload, what):
+        self.slots[self.rank] = copy.deepcopy(payload)
+        self.barrier.wait(timeout=60)
+        out = list(self.slots)
+        self.barrier.wait(timeout=60)
+        return out
+
+
+def _adding_pass(stats, data):
+    """What a framework's pass does: summarise each batch (drawing its subsample), then add it."""
+    n = 0
+    for (x,) in data:
+        stats["t"].add(summarize(x, stats["t"]))
+        n += 1
+    return n
+
+
+def test_statistics_pass_of_threaded_ranks_is_bitwise_one_pass():
+    rng = np.random.default_rng(0)
+    # growing ranges (the window slides and its bins merge) and subsampled batches (600 k values each)
+    batches = [(rng.normal(size=(2, 3, 316, 316)) * (1 + k)).astype(np.float32) for k in range(6)]
+    one = {"t": TensorStatistics(per_channel=True)}
+    assert statistics_pass(SINGLE_PROCESS, one, [[b] for b in batches], _adding_pass) == 6
+    world, slots, barrier = 3, [None] * 3, threading.Barrier(3)
+    results, errors = {}, []
+
+    def rank(r):
+        try:
+            stats = {"t": TensorStatistics(per_channel=True)}
+            n = statistics_pass(_ThreadRanks(r, world, slots, barrier), stats, [[b] for b in batches[r::world]],
+                                _adding_pass)
+            results[r] = (n, stats["t"])
+        except Exception as e:  # pragma: no cover (reported below)
+            errors.append(e)
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    t1 = one["t"]
+    for r in range(world):
+        n, t = results[r]
+        assert n == 6
+        assert (t.histogram()[0] == t1.histogram()[0]).all() and (t.histogram()[1] == t1.histogram()[1]).all()
+        assert (t.min, t.max, t.mean, t.std) == (t1.min, t1.max, t1.mean, t1.std)
+        assert (t.channel_mean == t1.channel_mean).all()
+
+
 def test_one_process_takes_the_single_process_path():
     seen = []
     assert statistics_pass(SINGLE_PROCESS, {}, [1, 2], lambda stats, data: seen.extend(data) or 7) == 7
@@ -199,3 +256,20 @@ def test_the_documented_torchrun_recipe(tmp_path):
     lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
     assert len(lines) == 2 and lines[0].split()[-1] == lines[1].split()[-1], proc.stdout
     assert out.exists() and [p.name for p in tmp_path.iterdir()] == ["model.onnx"]  # one writer, no temporaries
+
+
+def test_only_rank_0_writes_files(tmp_path, caplog):
+    from hwquant.core import distributed
+    from hwquant.fileio import atomic_write
+    previous = distributed._process_rank
+    try:
+        distributed.register_process_rank(lambda: 1)
+        with caplog.at_level("INFO", logger="hwquant"):
+            atomic_write(tmp_path / "model.onnx", b"rank 1's bytes")
+        assert not (tmp_path / "model.onnx").exists() and list(tmp_path.iterdir()) == []
+        assert "rank 1: " in caplog.text and "is written by rank 0" in caplog.text
+        distributed.register_process_rank(lambda: 0)
+        atomic_write(tmp_path / "model.onnx", b"rank 0's bytes")
+        assert (tmp_path / "model.onnx").read_bytes() == b"rank 0's bytes"
+    finally:
+        distributed.register_process_rank(previous)

@@ -8,9 +8,10 @@ one, or with one process, uses :data:`SINGLE_PROCESS` and takes exactly the sing
   gives it). The ranks' batches interleave into the global order: local batch ``k`` of rank ``r`` is
   global batch ``k * world_size + r``. One process reading the batches in that order computes the same.
 - **Calibration** (:func:`statistics_pass`): each rank summarises its batches; after every batch the
-  ranks exchange their summaries and all add every summary in global order. Statistics depend only on
-  the summaries and their order (the histogram's subsample is seeded by the global batch index), so the
-  thresholds equal one process's, bit for bit.
+  ranks exchange their summaries (without the histogram samples) and all add every summary in global
+  order; the histogram counts, each rank's own samples binned on the common window, are summed at the
+  end. The histogram's subsample is seeded by the global batch index, so the thresholds equal one
+  process's, bit for bit.
 - **Work split** (:func:`my_share`, :func:`gather_rows`): independent items (mixed-precision candidates'
   measurements) are dealt round robin; each rank computes its own and all gather every row.
 - **Checks**: :func:`check_same` compares a fingerprint (model, TPC, configuration) on every rank; data
@@ -20,6 +21,7 @@ one, or with one process, uses :data:`SINGLE_PROCESS` and takes exactly the sing
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import pickle
@@ -178,8 +180,15 @@ class _RecordingStatistics:
 def statistics_pass(collective: Collective, statistics: Dict[str, Any], data: Iterable[Any],
                     run: Callable[[Dict[str, Any], Iterable[Any]], int]) -> int:
     """``run(statistics, batches)`` (the framework's pass, adding each batch's summary of each tensor)
-    over this rank's ``data``, every rank's summaries added to ``statistics`` in global order. Returns the
-    number of batches of all ranks. With one process: ``run(statistics, data)``."""
+    over this rank's ``data``, with every rank's batches in ``statistics``: the statistics of one process
+    adding all of them in global order. Returns the number of batches of all ranks. With one process:
+    ``run(statistics, data)``.
+
+    After each batch the ranks exchange its summaries without their histogram samples (extremes,
+    moments, per-channel figures: kilobytes), and every rank adds every summary in global order, its own
+    with their samples. Everything but the histogram counts is then the same on every rank; each rank's
+    counts hold its own samples, binned on the same window, and one exchange at the end sums them
+    (TensorStatistics.sum_histogram_counts)."""
     if not collective.distributed:
         return run(statistics, data)
     world, rank = collective.world_size, collective.rank
@@ -195,7 +204,7 @@ def statistics_pass(collective: Collective, statistics: Dict[str, Any], data: It
     def share(local: Optional[int]) -> None:
         """Exchange this rank's summaries of local batch ``local`` (None: its data has ended); add all."""
         nonlocal total, rounds
-        payload = None if local is None else dict(pending)
+        payload = None if local is None else {name: _without_sample(s) for name, s in pending.items()}
         replies = collective.exchange(payload, "collecting statistics" if local is None
                                       else f"collecting statistics (local batch {local})")
         ended = [r for r, p in enumerate(replies) if p is None]
@@ -205,10 +214,10 @@ def statistics_pass(collective: Collective, statistics: Dict[str, Any], data: It
                 f"the representative data of rank(s) {ended} ended after {rounds} batches while rank(s) {going} have "
                 "more: give every rank the same number of batches (torch.utils.data.DistributedSampler with "
                 "drop_last=True, or shard one dataset with hwquant.torch.distributed.shard)")
-        for summaries in replies:  # rank order: global order within this round
+        for r, summaries in enumerate(replies):  # rank order: global order within this round
             if summaries is None:
                 continue
-            for name, summary in summaries.items():
+            for name, summary in (pending if r == rank else summaries).items():
                 statistics[name].add(summary)
             total += 1
         rounds += 1
@@ -222,7 +231,16 @@ def statistics_pass(collective: Collective, statistics: Dict[str, Any], data: It
 
     run(views, batches())
     share(None)  # this rank's data has ended: so must every other's
+    counts = collective.exchange({name: s.histogram_counts() for name, s in statistics.items()},
+                                 "summing the histograms")
+    for name, s in statistics.items():
+        s.sum_histogram_counts([c[name] for c in counts])
     return total
+
+
+def _without_sample(summary: Any) -> Any:
+    """A batch summary without its histogram sample (what the other ranks need of it)."""
+    return dataclasses.replace(summary, sample=summary.sample[:0])
 
 
 # ------------------------------------------------------------------------------------------ work split

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -350,6 +350,23 @@ class TensorStatistics:
         self._combine(other._count, other._mean, other._m2)
         self._min, self._max = lo, hi
         self.batches += other.batches
+        return self
+
+    def histogram_counts(self) -> Optional[np.ndarray]:
+        """The histogram's counts as they stand (None before any data): see `sum_histogram_counts`."""
+        return None if self._counts is None else self._counts.copy()
+
+    def sum_histogram_counts(self, counts: Sequence[Optional[np.ndarray]]) -> "TensorStatistics":
+        """Set the counts to the sum of ``counts``: those of statistics in other processes that added the
+        same batch summaries in the same order, each with the samples of its own batches only (the others'
+        with empty samples). The window and the bin width follow the batches' extremes alone, and adding,
+        merging and re-centring bins are linear in the counts, so the sum is what one process adding every
+        sample counts, exactly (core/distributed.py). Returns self."""
+        present = [c for c in counts if c is not None]
+        if present:
+            if self._counts is None or any(c.shape != self._counts.shape for c in present):
+                raise ValueError("the processes' histograms differ in shape: they did not add the same summaries")
+            self._counts = np.asarray(np.sum(present, axis=0), dtype=np.int64)
         return self
 
     def shifted(self, c: float) -> "TensorStatistics":

@@ -63,7 +63,7 @@ class TorchCollective(Collective):
     def _all_gather(self, payload: Any, what: str) -> List[Any]:
         out: List[Any] = [None] * self.world_size
         try:
-            dist.all_gather_object(out, payload, group=self.group)
+            dist.all_gather_object(out, _on_cpu(payload), group=self.group)
         except RuntimeError as e:
             raise DistributedError(
                 f"rank {self.rank}: no answer from the other ranks while {what} (waiting up to {self.timeout:g} s): "
@@ -87,6 +87,18 @@ class TorchCollective(Collective):
         for t in tensors:
             t.copy_(flat[offset:offset + t.numel()].view_as(t))
             offset += t.numel()
+
+
+def _on_cpu(payload: Any) -> Any:
+    """``payload`` with its tensors on the CPU: a pickled CUDA tensor would be unpickled on the sender's GPU
+    (another rank's device); the receiver moves what it gets to its own."""
+    if isinstance(payload, torch.Tensor):
+        return payload.detach().cpu()
+    if isinstance(payload, (list, tuple)):
+        return type(payload)(_on_cpu(p) for p in payload)
+    if isinstance(payload, dict):
+        return {k: _on_cpu(v) for k, v in payload.items()}
+    return payload
 
 
 def collective() -> Collective:

@@ -213,7 +213,7 @@ class TorchGPTQBackend(GPTQBackend):
         return float(value[0])
 
     def gather_samples(self) -> None:
-        everyone = self.adapter.collective.exchange([s.cpu() for s in self.samples], "gathering the GPTQ samples")
+        everyone = self.adapter.collective.exchange(self.samples, "gathering the GPTQ samples")
         self.samples = [torch.cat(parts).to(self.device) for parts in zip(*everyone)]
 
     def rounding_state(self) -> tuple:
