@@ -177,6 +177,8 @@ def main(argv=None) -> None:
         "rows": rows,
         "ptq_bitwise_equal_1_vs_2_processes": same_ptq,
         "gptq_sqnr_db_2_processes_vs_1": metrics.sqnr_db(one["gptq_logits"], two["gptq_logits"]),
+        # the training noise: one process, the same algorithm, 2 threads instead of 1 (float sums split otherwise)
+        "gptq_sqnr_db_1_process_2_threads_vs_1": metrics.sqnr_db(one["gptq_logits"], results["1x2"]["gptq_logits"]),
         "stages_2_processes": {"ptq": two["ptq_stages"], "gptq": two["gptq_stages"]},
         "stages_1_process": {"ptq": one["ptq_stages"], "gptq": one["gptq_stages"]},
         "projection_8_ranks": {"ptq": projection(two["ptq_stages"], 2, 8), "gptq": projection(two["gptq_stages"], 2, 8)},

@@ -273,3 +273,13 @@ def test_only_rank_0_writes_files(tmp_path, caplog):
         assert (tmp_path / "model.onnx").read_bytes() == b"rank 0's bytes"
     finally:
         distributed.register_process_rank(previous)
+
+
+def test_a_batch_sliced_from_the_dataset_is_sent_alone():
+    from hwquant.torch.distributed import _on_cpu
+    dataset = torch.zeros(64, 3, 8, 8)
+    sent = _on_cpu([dataset[:4], {"x": dataset[4:8]}, 3])
+    assert sent[0].untyped_storage().nbytes() == 4 * 3 * 8 * 8 * 4 and sent[2] == 3
+    assert sent[1]["x"].untyped_storage().nbytes() == 4 * 3 * 8 * 8 * 4
+    whole = torch.zeros(4, 3)
+    assert _on_cpu(whole) is not None and _on_cpu(whole).data_ptr() == whole.data_ptr()  # no needless copy

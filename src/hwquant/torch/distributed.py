@@ -91,9 +91,11 @@ class TorchCollective(Collective):
 
 def _on_cpu(payload: Any) -> Any:
     """``payload`` with its tensors on the CPU: a pickled CUDA tensor would be unpickled on the sender's GPU
-    (another rank's device); the receiver moves what it gets to its own."""
+    (another rank's device); the receiver moves what it gets to its own. A view of a larger tensor (a batch
+    sliced from the whole dataset) is copied: pickling a view sends all of its storage."""
     if isinstance(payload, torch.Tensor):
-        return payload.detach().cpu()
+        t = payload.detach().cpu()
+        return t.clone() if t.untyped_storage().nbytes() > t.numel() * t.element_size() else t
     if isinstance(payload, (list, tuple)):
         return type(payload)(_on_cpu(p) for p in payload)
     if isinstance(payload, dict):
