@@ -69,8 +69,8 @@ def instrument(clock: Dict[str, float]) -> None:
     _timed(training.TorchGPTQBackend, "correct_biases", "GPTQ bias correction (every rank, all samples)", clock)
     _timed(core_training, "agree_with_rank_0", "GPTQ agreement check", clock)
 
-    def count(args, result):
-        clock["exchanged bytes"] += len(pickle.dumps(args[1], protocol=4))
+    def count(args, result):  # what this rank sends (its tensors as the collective sends them)
+        clock["exchanged bytes"] += len(pickle.dumps(torch_distributed._on_cpu(args[1]), protocol=4))
     _timed(torch_distributed.TorchCollective, "_all_gather", "exchanges (objects)", clock, count)
     _timed(torch_distributed.TorchCollective, "average_", "gradient all-reduce", clock,
            lambda args, result: clock.__setitem__("all-reduced bytes", clock["all-reduced bytes"]

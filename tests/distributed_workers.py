@@ -90,6 +90,26 @@ def quantize(rank: int, world: int) -> Dict[str, Any]:
     return out
 
 
+def real_model(rank: int, world: int) -> Dict[str, Any]:
+    """MTCNN's O-Net (facenet-pytorch's trained weights, three outputs) on the face candidates its own
+    cascade proposes in scikit-image's photographs: PTQ and mixed precision, batches dealt round robin."""
+    import hwquant as mct
+    from benchmarks import real_models
+    from test_real_models_quick import _candidate_crops  # (tests/: the crops of the quick fidelity check)
+    crops = _candidate_crops(48)
+    batches = [crops[i:i + 16].clone() for i in range(0, len(crops) - 15, 16)]
+    batches = batches[:len(batches) - len(batches) % WORLD]
+    data = local(batches, rank, world)
+
+    def net():
+        return real_models._mtcnn_net(real_models.ONet, "onet.pt")
+    q, _ = mct.ptq.pytorch_post_training_quantization(net(), gen(data))
+    ru = mct.core.pytorch_resource_utilization_data(net(), gen(data))
+    target = mct.core.ResourceUtilization(weights_memory=ru.weights_memory * 0.7)
+    q_mp, info = mct.ptq.pytorch_post_training_quantization(net(), gen(data), target_resource_utilization=target)
+    return {"ptq": state(q), "mp": state(q_mp), "mp_choice": list(info.mixed_precision_cfg), "batches": len(batches)}
+
+
 def qat(rank: int, world: int) -> Dict[str, Any]:
     """QAT trained under DDP and under FSDP (fully_shard), then finalized: the same global batches."""
     import copy
@@ -169,7 +189,7 @@ def killed_rank(rank: int, world: int) -> Dict[str, Any]:
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (quantize, qat, different_model, short_data, failing_rank, killed_rank)}
+SCENARIOS = {f.__name__: f for f in (quantize, real_model, qat, different_model, short_data, failing_rank, killed_rank)}
 
 
 def worker(rank: int, world: int, port: int, scenario: str, folder: str) -> None:

@@ -114,6 +114,22 @@ def test_gptq_across_ranks_is_identical_on_every_rank_and_close_to_one_process(q
     assert sqnr > 30, f"{sqnr:.1f} dB between the single-process and the two-rank GPTQ models"
 
 
+def test_a_real_model_across_ranks_is_bitwise_one_process(tmp_path, single_thread):
+    real_models = pytest.importorskip("benchmarks.real_models")
+    pytest.importorskip("skimage.data")
+    if not (real_models.REAL / real_models.MTCNN_DIR).exists():
+        pytest.skip("facenet-pytorch's MTCNN weights are not in .cache/assets/real (bash scripts/setup.sh fetches them)")
+    ranks, _ = launch("real_model", tmp_path)
+    for r in ranks:
+        assert r is not None and "ok" in r, r and r.get("trace")
+    single = workers.real_model(0, 1)
+    assert single["batches"] >= 4
+    for r in ranks:
+        _same(r["ok"]["ptq"], single["ptq"])
+        assert r["ok"]["mp_choice"] == single["mp_choice"] and len(set(single["mp_choice"])) > 1
+        _same(r["ok"]["mp"], single["mp"])
+
+
 def test_qat_trains_under_ddp_and_fsdp(tmp_path, single_thread):
     ranks, _ = launch("qat", tmp_path)
     for r in ranks:
