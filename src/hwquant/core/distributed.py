@@ -150,8 +150,8 @@ def check_same(collective: Collective, what: str, values: Dict[str, str]) -> Non
         ranks = sorted({r for r, _ in differ})
         raise DistributedError(f"the ranks quantize different things: rank(s) {ranks} have another {' and '.join(names)} "
                                f"than rank 0 (fingerprints {[replies[r] for r in [0] + ranks]}); every rank must "
-                               "pass the same model (same weights: load them before quantizing, with the same seed), "
-                               "the same target platform and the same configuration")
+                               "pass the same model (same weights: load them before quantizing, with the same seed) "
+                               "and the same target platform")
 
 
 # ---------------------------------------------------------------------------------------- calibration
