@@ -151,6 +151,15 @@ def qat(rank: int, world: int) -> Dict[str, Any]:
     return out
 
 
+def sharded(rank: int, world: int) -> Dict[str, Any]:
+    """Every rank reads the whole dataset (plus one batch, an incomplete last round) through shard()."""
+    import hwquant as mct
+    from hwquant.torch.distributed import shard
+    batches = global_batches() + [torch.ones(BATCH, 3, SIZE, SIZE) * 50]  # dropped: would move every threshold
+    q, _ = mct.ptq.pytorch_post_training_quantization(model(), shard(gen(batches)))
+    return {"ptq": state(q)}
+
+
 def different_model(rank: int, world: int) -> Dict[str, Any]:
     import hwquant as mct
     m = model()
@@ -189,7 +198,7 @@ def killed_rank(rank: int, world: int) -> Dict[str, Any]:
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (quantize, real_model, qat, different_model, short_data, failing_rank, killed_rank)}
+SCENARIOS = {f.__name__: f for f in (quantize, real_model, qat, sharded, different_model, short_data, failing_rank, killed_rank)}
 
 
 def worker(rank: int, world: int, port: int, scenario: str, folder: str) -> None:

@@ -93,6 +93,14 @@ def test_ptq_across_ranks_is_bitwise_the_single_process(quantized):
     _same(ranks[1]["ptq"], single["ptq"])
 
 
+def test_shard_deals_one_dataset_to_the_ranks(quantized, tmp_path):
+    single, _ = quantized
+    ranks, _ = launch("sharded", tmp_path)
+    for r in ranks:
+        assert r is not None and "ok" in r, r and r.get("trace")
+        _same(r["ok"]["ptq"], single["ptq"])  # the incomplete last round (an outlier batch) was dropped
+
+
 @pytest.mark.parametrize("kind", ["mp", "mp_probed"])  # measured (split by node), estimated (split by batch)
 def test_mixed_precision_across_ranks_chooses_as_one_process(quantized, kind):
     single, ranks = quantized
