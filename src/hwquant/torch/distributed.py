@@ -10,6 +10,7 @@ gloo group on CPU.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from datetime import timedelta
@@ -28,6 +29,8 @@ TIMEOUT_ENV = "HWQUANT_DISTRIBUTED_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
 
 _collectives: Dict[Any, "TorchCollective"] = {}  # per default process group
+# (released before the interpreter tears modules down, so a group's C++ side never outlives its runtime)
+atexit.register(_collectives.clear)
 
 
 def timeout_seconds() -> float:
