@@ -32,23 +32,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(scenario: str, folder, timeout_s: float = 240, env=None):
-    """Run ``scenario`` on two spawned ranks; returns (each rank's saved result or None, exit codes)."""
+def launch(scenario: str, folder, timeout_s: float = 240):
+    """Run ``scenario`` on two spawned ranks (they inherit this process's environment); returns (each rank's
+    saved result or None, exit codes)."""
     ctx = mp.get_context("spawn")
     port = _free_port()
-    old = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    try:
-        procs = [ctx.Process(target=workers.worker, args=(r, workers.WORLD, port, scenario, str(folder)))
-                 for r in range(workers.WORLD)]
-        for p in procs:
-            p.start()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    procs = [ctx.Process(target=workers.worker, args=(r, workers.WORLD, port, scenario, str(folder)))
+             for r in range(workers.WORLD)]
+    for p in procs:
+        p.start()
     deadline = time.time() + timeout_s
     for p in procs:
         p.join(max(deadline - time.time(), 1))
@@ -162,9 +154,10 @@ def test_bad_set_ups_stop_every_rank_with_a_message(tmp_path, scenario, on_rank_
     assert on_rank_1 in ranks[1]["error"], ranks[1]
 
 
-def test_a_killed_rank_stops_the_others_within_the_timeout(tmp_path):
+def test_a_killed_rank_stops_the_others_within_the_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("HWQUANT_DISTRIBUTED_TIMEOUT", "20")
     start = time.time()
-    ranks, codes = launch("killed_rank", tmp_path, timeout_s=120, env={"HWQUANT_DISTRIBUTED_TIMEOUT": "20"})
+    ranks, codes = launch("killed_rank", tmp_path, timeout_s=120)
     assert codes[1] == 3 and ranks[1] is None
     assert ranks[0]["type"] == "DistributedError", ranks[0]
     assert "no answer from the other ranks" in ranks[0]["error"] and "HWQUANT_DISTRIBUTED_TIMEOUT" in ranks[0]["error"]

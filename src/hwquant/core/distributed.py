@@ -14,7 +14,7 @@ one, or with one process, uses :data:`SINGLE_PROCESS` and takes exactly the sing
   process's, bit for bit.
 - **Work split** (:func:`my_share`, :func:`gather_rows`): independent items (mixed-precision candidates'
   measurements) are dealt round robin; each rank computes its own and all gather every row.
-- **Checks**: :func:`check_same` compares a fingerprint (model, TPC, configuration) on every rank; data
+- **Checks**: :func:`check_same` compares fingerprints (the model, the TPC) on every rank; data
   ending early on one rank, or a rank failing (it tells the others, :meth:`Collective.guard`) or
   vanishing (the framework's timeout), raise :class:`DistributedError` on every rank.
 """

@@ -119,14 +119,13 @@ class TensorStatistics:
         holding masking sentinels (infinities, or magnitudes from MASK_SENTINEL up, such as the
         float32 minimum that attention masks add) is not added: `has_sentinels` is set instead."""
         lo, hi = batch.min, batch.max
-        self.batches += 1
         if not (math.isnan(lo) or math.isnan(hi)) and max(abs(lo), abs(hi)) >= MASK_SENTINEL:
-            self.has_sentinels = True
+            self.has_sentinels, self.batches = True, self.batches + 1
             return self
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            self.batches -= 1
             raise ValueError("the activation contains NaN or inf values "
                              f"(batch of shape {batch.shape}, min={lo}, max={hi})")
+        self.batches += 1
         if batch.count == 0:
             return self
         if self.per_channel:

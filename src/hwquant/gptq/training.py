@@ -137,12 +137,12 @@ def interest_point(layer: Node) -> str:
     return layer.fused_into or layer.name
 
 
-def hessian_loss_weights(cfg: GradientPTQConfig, backend: GPTQBackend, n_samples: int, n_points: int) -> tuple:
+def hessian_loss_weights(cfg: GradientPTQConfig, backend: GPTQBackend, n_samples: int, n_points: int,
+                         collective: Collective = SINGLE_PROCESS) -> tuple:
     """(loss weights: (points,) or (samples, points) for sample-layer attention; regulariser weights (points,))."""
     h = cfg.hessian_weights_config
     if h is None:
         return np.full(n_points, 1.0 / n_points, np.float32), np.ones(n_points, np.float32)
-    collective = getattr(backend.adapter, "collective", SINGLE_PROCESS)
     asked = h.hessians_num_samples
     if asked is not None and collective.distributed:  # sharded: each rank scores its share of the samples
         asked = -(-asked // collective.world_size)
@@ -192,7 +192,7 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
     check_same_steps(collective, n_samples, batch_size)
     steps_per_epoch = -(-n_samples // batch_size)
     total_steps = cfg.n_epochs * steps_per_epoch
-    loss_weights, reg_weights = hessian_loss_weights(cfg, backend, n_samples, len(layers))
+    loss_weights, reg_weights = hessian_loss_weights(cfg, backend, n_samples, len(layers), collective)
     hessian_seconds = time.perf_counter() - start
     beta = regularization_beta(total_steps)
     fraction = None

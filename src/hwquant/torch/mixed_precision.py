@@ -7,7 +7,7 @@ float model (docs/architecture.md, "Mixed precision"; the local term is exact, J
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -65,13 +65,16 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device,
     hessian = (_hessian_traces(model, batches, points, outputs, observed)
                if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN else {})
     weights = point_weights(cfg, points, outputs, hessian)
-    with torch.no_grad():  # a_p = sqrt(weight_p / E|Y_p|^2), energies from the first batch
-        first = dict(zip(observed, model(*batches[0])[1]))
-        scale = {p: math.sqrt(w / (float((first[p] ** 2).flatten(1).sum(1).mean()) + 1e-12)) for p, w in weights.items()}
-        del first
-    mine = {k: _probe_batch(model, batches[k], k, configurable, tracked, input_names, single, observed, scale)
-            for k in my_share(collective, len(batches))}
-    sums = gather_rows(collective, mine, len(batches), "estimating mixed-precision sensitivities")
+    scale = None  # the probes' scales come from the first batch's energies
+    mine = my_share(collective, len(batches))
+    if mine and mine[0] != 0:  # another rank probes the first batch: its energies are needed here too
+        with torch.no_grad():
+            scale = _probe_scales(dict(zip(observed, model(*batches[0])[1])), weights)
+    found = {}
+    for k in mine:
+        found[k], scale = _probe_batch(model, batches[k], k, configurable, tracked, input_names, single, observed,
+                                       scale, weights)
+    sums = gather_rows(collective, found, len(batches), "estimating mixed-precision sensitivities")
     totals = [[0.0] * len(n.candidates) for n in configurable]
     for batch_sums in sums:
         for row, batch_row in zip(totals, batch_sums):
@@ -81,13 +84,22 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device,
     return [[t / (max(seen, 1) * PROBE_ROUNDS) for t in row] for row in totals]
 
 
+def _probe_scales(by_name: Dict[str, torch.Tensor], weights: Dict[str, float]) -> Dict[str, float]:
+    """a_p = sqrt(weight_p / E|Y_p|^2): each point's probe scale, from one batch's tensors."""
+    return {p: math.sqrt(w / (float((by_name[p].detach() ** 2).flatten(1).sum(1).mean()) + 1e-12))
+            for p, w in weights.items()}
+
+
 def _probe_batch(model, batch, index: int, configurable, tracked, input_names, single, observed,
-                 scale: Dict[str, float]) -> List[List[float]]:
-    """One batch's sums of the squared probe projections, per node and candidate."""
+                 scale: Optional[Dict[str, float]], weights: Dict[str, float]) -> Tuple[List[List[float]], Dict[str, float]]:
+    """One batch's sums of the squared probe projections, per node and candidate, and the probe scales
+    (``scale`` None: this batch's, the first one's)."""
     generator = torch.Generator().manual_seed(index)
     xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
     _, tensors = model(*xs)
     by_name = dict(zip(observed, tensors))
+    if scale is None:
+        scale = _probe_scales(by_name, weights)
     ys = [by_name[n] for n in tracked]
     inputs = [by_name[name] if s else None for name, s in zip(input_names, single)]
     deltas = _deltas(configurable, inputs, ys)
@@ -100,7 +112,7 @@ def _probe_batch(model, batch, index: int, configurable, tracked, input_names, s
             if g is not None:
                 for c, d in enumerate(deltas[i]):
                     sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
-    return sums
+    return sums, scale
 
 
 @torch.no_grad()

@@ -28,12 +28,13 @@ class SensitivityBackend(ABC):
     ``set_candidate`` and ``distances`` in any order, and restores every node's largest candidate."""
 
     model: Any  # the built quantized model
+    collective: Collective = SINGLE_PROCESS  # the processes of the run (a framework's back end sets its own)
 
-    def images(self, data: Iterable[List[Any]], n: int, collective: Collective = SINGLE_PROCESS) -> List[List[Any]]:
+    def images(self, data: Iterable[List[Any]], n: int) -> List[List[Any]]:
         """The first ``n`` samples of ``data`` (of every rank's data, in global order), as batches ready
         for the models."""
         batches, seen = [], 0
-        for batch in first_batches(collective, data, n, "gathering the mixed-precision images"):
+        for batch in first_batches(self.collective, data, n, "gathering the mixed-precision images"):
             if seen >= n:
                 break
             take = min(len(batch[0]), n - seen)
@@ -79,23 +80,23 @@ class SensitivityBackend(ABC):
 
 
 def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iterable[List[Any]],
-                          cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend,
-                          collective: Collective = SINGLE_PROCESS) -> List[List[float]]:
+                          cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend) -> List[List[float]]:
     """sensitivity[i][c] of configurable node i at candidate c, on the first ``cfg.num_of_images``
-    samples of ``data``, normalised by MCT's rules. Across processes every rank takes the same global
-    images; the measured figures are split by node (each node's are independent of the others') and
+    samples of ``data``, normalised by MCT's rules. Across processes (``backend.collective``) every rank
+    takes the same global images; the measured figures are split by node (each node's are independent of the others') and
     gathered; a back end's estimate may split its own work (PyTorch's probes: by batch)."""
-    batches = backend.images(data, cfg.num_of_images, collective)
+    batches = backend.images(data, cfg.num_of_images)
     points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
     scores = None if needs_measurement(cfg) else backend.estimate(graph, configurable, batches, cfg, points, outputs)
     if scores is None:
-        scores = _measured(graph, configurable, batches, cfg, backend, points, outputs, collective)
+        scores = _measured(graph, configurable, batches, cfg, backend, points, outputs)
     return normalise_scores(scores, configurable, cfg)
 
 
 def _measured(graph: Graph, configurable: Sequence[Node], batches: List[List[Any]],
               cfg: MixedPrecisionQuantizationConfig, backend: SensitivityBackend, points: List[str],
-              outputs: List[str], collective: Collective = SINGLE_PROCESS) -> List[List[float]]:
+              outputs: List[str]) -> List[List[float]]:
+    collective = backend.collective
     observed = list(dict.fromkeys(points + outputs))
     finals = {n.name: n.final_config for n in configurable}
     mine = my_share(collective, len(configurable))  # (every node, with one process)

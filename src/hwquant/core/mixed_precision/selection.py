@@ -68,8 +68,7 @@ def select_mixed_precision(graph: Graph, adapter: FrameworkAdapter, mp: MixedPre
         minima = {t: minimum(model, t) for t in targets}
         if any(minima[t][0] > limit for t, limit in targets.items()):
             raise _unreachable(targets, {t: m[0] for t, m in minima.items()}, jointly=False)
-        scores = candidate_sensitivity(graph, configurable, data_for_sensitivity, mp, adapter.sensitivity_backend(),
-                                      adapter.collective)
+        scores = candidate_sensitivity(graph, configurable, data_for_sensitivity, mp, adapter.sensitivity_backend())
         sensitivity = monotone(model, scores)
         choice = search(model, sensitivity, targets)
         if choice is None:  # the solver gave up near a boundary: start from a smallest choice that fits
