@@ -1,12 +1,15 @@
-"""Writes leave nothing behind: a killed writer's temporary file is removed by the next write into the
-folder, and a failing write says which file it could not write (not the temporary one)."""
+"""Writes leave nothing behind: a killed writer's temporary file (or the report's staging folder) is removed by
+the next write into the folder, for every writer hwquant has (tests/fileio_writers.py), and a failing write says
+which file it could not write (not the temporary one)."""
 import errno
 import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
+from fileio_writers import HOLDS_A_LOCK, Writers, available
 
 import hwquant as mct
 from hwquant.errors import FileWriteError
@@ -65,3 +68,112 @@ def test_tpc_export_that_cannot_write_names_the_target(tmp_path, monkeypatch):
     assert isinstance(e.value, OSError) and e.value.errno == errno.EROFS and e.value.filename == str(path)
     assert list(tmp_path.iterdir()) == []
 
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped): no process has it."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_dead_writers_files_and_staging_folders_are_removed(tmp_path):
+    dead = _dead_pid()
+    stale_file = tmp_path / f".hwquant-{dead}-model.onnx.k2j3.onnx"
+    stale_report = tmp_path / f".hwquant-xquant-{dead}-a8x1"  # xquant/outputs.py's staging folder
+    (stale_report / "outlier_histgrams").mkdir(parents=True)
+    (stale_report / "report.json").write_text("{}")
+    (stale_report / "outlier_histgrams" / "conv.png").write_bytes(b"png")
+    stale_file.write_bytes(b"x")
+    live_report = tmp_path / f".hwquant-xquant-{os.getppid()}-b9"  # a running process's report: kept
+    live_report.mkdir()
+    huge = tmp_path / ".hwquant-99999999999999999999-a.json.x.json"  # no process has such a number
+    huge.write_bytes(b"x")
+    assert sorted(remove_stale_temporaries(tmp_path)) == sorted([stale_file, stale_report, huge])
+    assert [p.name for p in tmp_path.iterdir()] == [live_report.name]
+
+
+# A child process runs the writers named on its command line, each in a thread of its own, and blocks each at
+# its last step, the rename into the target's folder (fileio's, or the report's moves out of its staging
+# folder): the test then kills it with SIGKILL, in the middle of every write at once.
+_BLOCKED_WRITERS = """
+import os, sys, threading, traceback
+from fileio_writers import Writers
+
+root, names = os.path.abspath(sys.argv[1]), sys.argv[2:]
+writers = Writers(root)
+writers.prepare(names)
+real_replace, reached = os.replace, threading.Event()
+
+def replace(src, dst, *args, **kwargs):
+    if os.path.abspath(os.fspath(dst)).startswith(root + os.sep):
+        reached.set()
+        threading.Event().wait()  # until killed
+    return real_replace(src, dst, *args, **kwargs)
+
+os.replace = replace
+
+def run(name):
+    try:
+        writers.write(name)
+        print("finished", name, flush=True)
+    except BaseException:
+        traceback.print_exc()
+        print("failed", name, flush=True)
+    reached.set()
+
+for name in names:
+    reached.clear()
+    threading.Thread(target=run, args=(name,), daemon=True).start()
+    reached.wait()
+    print("blocked", name, flush=True)
+threading.Event().wait()
+"""
+
+
+def test_every_writer_killed_mid_write_leaves_nothing_the_next_write_does_not_remove(tmp_path):
+    """For each writer (tests/fileio_writers.py): a process SIGKILLed in the middle of writing the target leaves
+    its hidden temporary (file or staging folder) beside it and the old target intact; the next write of the same
+    target removes it: nothing named .hwquant-* remains anywhere."""
+    names = available()
+    writers = Writers(tmp_path)
+    for name in names:  # an older version of each target, which the killed writes must leave as it was
+        target = writers.target(name)
+        target.parent.mkdir()
+        if name == "xquant":
+            target.mkdir()
+            (target / "report.json").write_text("old")
+        else:
+            target.write_text("old")
+    # a writer holding the Keras lock while blocked would block the next: each such writer ends its process
+    locked = [n for n in names if n in HOLDS_A_LOCK]
+    groups = [[n for n in names if n not in HOLDS_A_LOCK] + locked[:1]] + [[n] for n in locked[1:]]
+    children = [subprocess.Popen([sys.executable, "-c", _BLOCKED_WRITERS, str(tmp_path), *group], stdout=subprocess.PIPE,
+                                 text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                for group in groups if group]
+    watchdog = threading.Timer(240, lambda: [c.kill() for c in children])
+    watchdog.start()
+    try:
+        for child, group in zip(children, groups):
+            said = []  # what the child says of each writer (other lines: the libraries' own output)
+            while len(said) < len(group) and (line := child.stdout.readline()):
+                if line.split(" ", 1)[0] in ("blocked", "finished", "failed"):
+                    said.append(line.strip())
+            assert said == [f"blocked {n}" for n in group], said
+    finally:
+        watchdog.cancel()
+        for child in children:
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=30)
+    for child, group in zip(children, groups):
+        for name in group:
+            target = writers.target(name)
+            left = [p.name for p in target.parent.rglob(".hwquant-*")]
+            prefix = f".hwquant-xquant-{child.pid}-" if name == "xquant" else f".hwquant-{child.pid}-{target.name}."
+            assert len(left) == 1 and left[0].startswith(prefix), (name, left)
+            assert (target / "report.json" if name == "xquant" else target).read_text() == "old", name
+    for name in names:
+        writers.write(name)  # the same target again, in this process
+        target = writers.target(name)
+        assert (target / "report.json" if name == "xquant" else target).read_bytes() != b"old", name
+    assert list(tmp_path.rglob(".hwquant-*")) == []

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable, List, Union
@@ -28,32 +30,39 @@ def new_file_mode() -> int:
     return 0o666 & ~_umask()
 
 
-# Temporary files are named `.hwquant-<pid>-<target name>.<random><suffix>`: a writer killed before its
-# rename (SIGKILL, power loss) leaves one behind, which the next write into that folder removes once
-# its process is gone.
+# Temporary files are named `.hwquant-<pid>-<target name>.<random><suffix>`, the troubleshooting report's
+# staging folder `.hwquant-xquant-<pid>-<random>` (xquant/outputs.py): a writer killed before its rename
+# (SIGKILL, power loss) leaves one behind, which the next write into that folder removes once its process
+# is gone.
 _TEMP_PREFIX = ".hwquant-"
+_TEMP_NAME = re.compile(r"\.hwquant-(?:xquant-)?(\d+)-")
 
 
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: a number no process can have
         return False
     except PermissionError:  # another user's process
         return True
     return True
 
 
-def remove_stale_temporaries(folder: Path) -> List[Path]:
-    """Remove the temporary files of hwquant writers that no longer run (never this process's own, which
-    another thread may be writing); returns what was removed."""
+def remove_stale_temporaries(folder: Union[str, os.PathLike]) -> List[Path]:
+    """Remove the temporary files and staging folders of hwquant writers that no longer run (never this
+    process's own, which another thread may be writing); returns what was removed."""
     removed = []
-    for entry in folder.glob(f"{_TEMP_PREFIX}*"):
-        pid = entry.name[len(_TEMP_PREFIX):].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)) or not entry.is_file():
+    for entry in Path(folder).glob(f"{_TEMP_PREFIX}*"):
+        match = _TEMP_NAME.match(entry.name)
+        if match is None or int(match[1]) == os.getpid() or _process_alive(int(match[1])):
             continue
         try:
-            entry.unlink()
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            elif entry.is_file():
+                entry.unlink()
+            else:
+                continue
             removed.append(entry)
         except OSError:  # gone already, or not ours to remove: leave it
             pass

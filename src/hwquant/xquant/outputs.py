@@ -1,7 +1,8 @@
 """The report's files: MCT's (quant_report.json, troubleshoot_report.json, the similarity graphs and outlier
 histograms as PNG, TensorBoard events) and hwquant's (report.json, report.html). Everything is written into
 a staging folder first and moved into the report folder only when complete: a failure leaves the folder as
-it was."""
+it was, and a staging folder a killed process left is removed by the next report written into the folder
+(fileio.remove_stale_temporaries)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from hwquant.errors import FileWriteError
+from hwquant.fileio import remove_stale_temporaries
 
 log = logging.getLogger("hwquant.xquant")
 
@@ -127,6 +129,7 @@ def write_report(config: Any, report: Dict[str, Any], similarity: Dict[str, Any]
     from hwquant.xquant.render import render_html
 
     report_dir = config.report_dir
+    remove_stale_temporaries(report_dir)  # a killed report's staging folder (and killed writers' files)
     staging = tempfile.mkdtemp(prefix=f".hwquant-xquant-{os.getpid()}-", dir=report_dir)
     notes = report.setdefault("notes", [])
     try:
