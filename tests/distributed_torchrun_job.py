@@ -8,6 +8,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 import distributed_workers as workers  # tests/distributed_workers.py (the same model as the other tests)
+from distributed_exit import exit_rank
 import hwquant as mct
 
 dist.init_process_group("gloo")
@@ -27,4 +28,6 @@ quantized, _ = mct.ptq.pytorch_post_training_quantization(workers.model(), repre
 mct.exporter.pytorch_export_model(quantized, sys.argv[1], representative_data_gen)
 digest = hashlib.sha256(b"".join(v.numpy().tobytes() for v in quantized.state_dict().values())).hexdigest()[:16]
 print(f"rank {rank} model {digest}", flush=True)
-dist.destroy_process_group()
+# The recipe ends with dist.destroy_process_group(); the test's ranks leave without gloo's teardown, which can race
+# the other rank's exit and abort after the work is done (tests/distributed_exit.py).
+exit_rank()

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any, Dict, List
 
 import torch
+from distributed_exit import exit_rank
 from torch import nn
 
 WORLD = 2
@@ -212,6 +213,4 @@ def worker(rank: int, world: int, port: int, scenario: str, folder: str) -> None
     except Exception as e:  # the test reads every rank's error
         result = {"error": f"{type(e).__name__}: {e}", "type": type(e).__name__, "trace": traceback.format_exc()}
     torch.save(result, os.path.join(folder, f"{scenario}_{rank}.pt"))
-    # Exit without tearing the groups down: gloo's teardown can race the other rank's exit and abort (seen
-    # once in CI, after the work was done and saved). The torchrun test runs a script's own teardown.
-    os._exit(0)
+    exit_rank()  # without gloo's teardown, which can race the other rank's exit and abort (tests/distributed_exit.py)

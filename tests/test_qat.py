@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from distributed_exit import exit_rank  # tests/distributed_exit.py
 from small_nets import seeded_net  # tests/small_nets.py
 from torch import nn
 
@@ -150,8 +151,7 @@ def _ddp_worker(rank, world, path, port):
         opt.step()
     if rank == 0:
         torch.save(model.module.state_dict(), path + ".out")
-    dist.barrier()  # both ranks leave together: gloo aborts a process whose peer tears down first
-    dist.destroy_process_group()
+    exit_rank()  # without gloo's teardown, which can race the other rank's exit and abort (tests/distributed_exit.py)
 
 
 def test_distributed_data_parallel_matches_single_process(setup, tmp_path):
