@@ -28,3 +28,9 @@ class FileWriteError(HwquantError, OSError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class UnsafeModelFileError(HwquantError, ValueError):
+    """A model file would run code when loaded (a pickle naming functions or classes beyond the allowlist, a Keras
+    Lambda layer's Python bytecode, ...) or read files outside its folder (ONNX external data), and it was not
+    marked trusted. The message names what the file asks for and the ways out (hwquant.model_files)."""

@@ -12,9 +12,9 @@ from typing import Any, List, Optional, Tuple
 import click
 import numpy as np
 
-from hwquant.cli.inputs import PRESETS, batches, framework_of_file, load_data, load_quantized_model, adapter
+from hwquant.cli.inputs import PRESETS, adapter, batches, framework_of_file, load_data, load_quantized_model, trust_option
 from hwquant.cli.quantize import check_out, similarity
-from hwquant.errors import HwquantError
+from hwquant.errors import HwquantError, UnsafeModelFileError
 
 DEFAULT_MIN_SQNR_DB = 30.0
 CHECK_SAMPLES = 64
@@ -42,8 +42,9 @@ def _input_batch(shape: str) -> List[np.ndarray]:
 @click.option("--input-shape", metavar="N,C,H,W", help="Trace a PyTorch model with zeros of this shape instead.")
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), default="unit", show_default=True,
               help="Image preprocessing when --data is a folder (as for `hwquant quantize`).")
+@trust_option
 def export(quantized_model: str, out: str, fmt: str, data_spec: Optional[str], input_shape: Optional[str],
-           preset: str) -> None:
+           preset: str, trust_model_file: bool) -> None:
     """Write QUANTIZED_MODEL (saved by hwquant: a .pt from `hwquant quantize --out x.pt` or
     mct.exporter.save_quantized_model, or a quantized .keras file) as OUT, in the format OUT's suffix names
     (see `hwquant quantize --help`)."""
@@ -51,7 +52,7 @@ def export(quantized_model: str, out: str, fmt: str, data_spec: Optional[str], i
     check_out(out, fw, fmt)
     if Path(out).resolve() == Path(quantized_model).resolve():
         raise click.BadParameter("OUT is QUANTIZED_MODEL itself: give another file", param_hint="OUT")
-    model = load_quantized_model(quantized_model)
+    model = load_quantized_model(quantized_model, trust=trust_model_file)
     sample: List[np.ndarray] = []
     if fw.NAME == "pytorch" and Path(out).suffix != ".pt":
         if data_spec is None and input_shape is None:
@@ -124,8 +125,9 @@ def _fits_in_chip(out: str) -> Optional[bool]:
               help="The exported file agrees when its output's SQNR against the simulated model is at least this (dB).")
 @click.option("--converter/--no-converter", "run_converter", default=True, show_default=True,
               help="Run Sony's IMX500 converter on an MCTQ file when it is installed.")
+@trust_option
 def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str], preset: str, min_sqnr: float,
-          run_converter: bool) -> None:
+          run_converter: bool, trust_model_file: bool) -> None:
     """Check an EXPORTED file: run it as deployed (ONNX Runtime, the TFLite interpreter, TorchScript) on --data and
     compare its output with QUANTIZED_MODEL's simulation (the saved hwquant model it was exported from); for an MCTQ
     ONNX file, check the IMX500 converter's operator, opset and grid rules (and run the converter when installed).
@@ -141,9 +143,11 @@ def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str
         raise click.UsageError("comparing with QUANTIZED_MODEL needs inputs: give --data")
     failed, lines = False, []
     if suffix == ".onnx":
-        import onnx
+        from hwquant.model_files import load_onnx
         try:
-            proto = onnx.load(exported)
+            proto = load_onnx(exported)  # external data outside the file's folder refused
+        except UnsafeModelFileError as e:
+            raise click.BadParameter(str(e), param_hint="EXPORTED") from None
         except Exception as e:  # noqa: BLE001 - protobuf's decode errors
             raise click.BadParameter(f"'{exported}' is not a readable ONNX file: {e}", param_hint="EXPORTED") from None
         if any(p.key == "quantization_format" and p.value == "MCTQ" for p in proto.metadata_props):
@@ -154,11 +158,13 @@ def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str
             failed |= bool(problems)
     if quantized_model is not None:
         fw = adapter(framework_of_file(quantized_model))
-        model = load_quantized_model(quantized_model)
+        model = load_quantized_model(quantized_model, trust=trust_model_file)
         inputs = [a[:CHECK_SAMPLES] for a in load_data(data_spec or "", PRESETS[preset], fw.CHANNELS_LAST)]
         runner = adapter("keras" if suffix in (".tflite", ".keras") else fw.NAME)
         try:
-            deployed = runner.run_exported(exported, inputs)
+            deployed = runner.run_exported(exported, inputs, trust=trust_model_file)
+        except UnsafeModelFileError as e:
+            raise click.BadParameter(str(e), param_hint="EXPORTED") from None
         except Exception as e:  # noqa: BLE001 - the runtime's own refusal, said in one line
             raise click.ClickException(f"cannot run '{exported}': {type(e).__name__}: {str(e).splitlines()[0]}") \
                 from None

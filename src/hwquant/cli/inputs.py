@@ -15,7 +15,9 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 import click
 import numpy as np
 
+from hwquant.errors import UnsafeModelFileError
 from hwquant.logger import progress
+from hwquant.model_files import TRUST_HELP
 
 TORCH_SUFFIXES = (".pt2", ".pt", ".pth", ".torchscript", ".ts", ".jit", ".onnx")
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -91,8 +93,9 @@ def load_callable(spec: str, param_hint: str) -> Any:
         raise click.BadParameter(f"cannot import '{spec}': {type(e).__name__}: {e}", param_hint=param_hint) from None
 
 
-def load_model(spec: str, param_hint: str = "MODEL") -> Tuple[ModuleType, Any]:
-    """(framework adapter, float model) from a model file or 'module:callable' returning the model."""
+def load_model(spec: str, param_hint: str = "MODEL", trust: bool = False) -> Tuple[ModuleType, Any]:
+    """(framework adapter, float model) from a model file or 'module:callable' returning the model. A file that
+    would run code when read is refused unless `trust` (--trust-model-file; hwquant.model_files)."""
     if is_callable_spec(spec):
         factory = load_callable(spec, param_hint)
         model = factory() if callable(factory) and not framework_of_object(factory) else factory
@@ -107,26 +110,35 @@ def load_model(spec: str, param_hint: str = "MODEL") -> Tuple[ModuleType, Any]:
         raise click.BadParameter(f"cannot read '{spec}' (permission denied)", param_hint=param_hint)
     fw = adapter(framework_of_file(spec))
     try:
-        return fw, fw.load_model(spec)
+        return fw, fw.load_model(spec, trust=trust)
+    except UnsafeModelFileError as e:  # said as it is: what the file asks to run, and the ways out
+        raise click.BadParameter(str(e), param_hint=param_hint) from None
     except Exception as e:  # noqa: BLE001 - any reader's failure is a bad model file, said in one line
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise click.BadParameter(f"cannot read '{spec}' as a {fw.NAME} model: {message}", param_hint=param_hint) \
             from None
 
 
-def load_float_model(spec: str) -> Any:
-    return load_model(spec, "FLOAT_MODEL")[1]
+def load_float_model(spec: str, trust: bool = False) -> Any:
+    return load_model(spec, "FLOAT_MODEL", trust=trust)[1]
 
 
-def load_quantized_model(path: str, param_hint: str = "QUANTIZED_MODEL") -> Any:
+def load_quantized_model(path: str, param_hint: str = "QUANTIZED_MODEL", trust: bool = False) -> Any:
     if not os.path.isfile(path):
         raise click.BadParameter(f"no file at '{path}'", param_hint=param_hint)
     fw = adapter(framework_of_file(path))
     try:
-        return fw.load_quantized(path)
+        return fw.load_quantized(path, trust=trust)
+    except UnsafeModelFileError as e:
+        raise click.BadParameter(str(e), param_hint=param_hint) from None
     except Exception as e:  # noqa: BLE001
         raise click.BadParameter(f"cannot read '{path}' as a model quantized by hwquant: {str(e).splitlines()[0]}",
                                  param_hint=param_hint) from None
+
+
+def trust_option(command: Any) -> Any:
+    """The --trust-model-file flag of a command that reads model files."""
+    return click.option("--trust-model-file", "trust_model_file", is_flag=True, help=TRUST_HELP)(command)
 
 
 # ---- data ---------------------------------------------------------------------------------------------------

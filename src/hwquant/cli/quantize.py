@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import click
 import numpy as np
 
-from hwquant.cli.inputs import PRESETS, ImageOptions, batches, load_data, load_model
+from hwquant.cli.inputs import PRESETS, ImageOptions, batches, load_data, load_model, trust_option
 from hwquant.cli.tpc import resolve_tpc
 from hwquant.errors import HwquantError
 
@@ -179,16 +179,19 @@ def _memory_line(label: str, quantized: float, float_: float, target: Optional[f
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Samples per batch, in calibration and evaluation (larger: more memory, not faster on a CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars and stage lines; print the summary only.")
+@trust_option
 def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_spec: Optional[str], holdout: float,
              gptq: bool, gptq_epochs: int, weights_memory: Optional[float], activation_memory: Optional[float],
              activation_bits: Optional[int], weights_bits: Optional[int], report_dir: Optional[str],
              preset: Optional[str], resize: Optional[int], size: Optional[str], crop: Optional[int], mean: Optional[str],
-             std: Optional[str], scale: Optional[float], grayscale: bool, batch_size: int, quiet: bool) -> None:
+             std: Optional[str], scale: Optional[float], grayscale: bool, batch_size: int, quiet: bool,
+             trust_model_file: bool) -> None:
     """Quantize MODEL for a target platform and write the deployable file --out.
 
     MODEL: a torch.export program (.pt2), a TorchScript file or an ONNX model (both converted to PyTorch through
-    onnx2torch), a whole pickled module (torch.save(model); loading runs its code: your own files only), a Keras
-    .keras / .h5 file, or 'package.module:function' / 'file.py:function' returning the float model (PyTorch or
+    onnx2torch), a whole pickled module (torch.save(model): torch.nn and torchvision layers are read, anything else
+    the pickle names is refused unless --trust-model-file), a Keras .keras / .h5 file (Lambda layers refused unless
+    --trust-model-file), or 'package.module:function' / 'file.py:function' returning the float model (PyTorch or
     Keras).
 
     \b
@@ -210,7 +213,7 @@ def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_
     _check_bits(tpc, weights_bits, "weights")
     options = image_options(preset, resize, size, crop, mean, std, scale, grayscale)
     stage(f"reading the model {model}")
-    fw, float_model = load_model(model)
+    fw, float_model = load_model(model, trust=trust_model_file)
     check_out(out, fw, fmt)
     if report_dir is not None and os.path.exists(report_dir) and not os.path.isdir(report_dir):
         raise click.BadParameter(f"'{report_dir}' exists and is not a folder", param_hint="--report")

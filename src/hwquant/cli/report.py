@@ -7,7 +7,8 @@ from typing import Any, Optional
 
 import click
 
-from hwquant.cli.inputs import batches, framework_of_file, load_arrays, load_float_model, load_quantized_model
+from hwquant.cli.inputs import (batches, framework_of_file, load_arrays, load_float_model, load_quantized_model,
+                                trust_option)
 from hwquant.errors import HwquantError
 
 
@@ -36,24 +37,26 @@ from hwquant.errors import HwquantError
 @click.option("--html/--no-html", default=True, show_default=True, help="Write report.html.")
 @click.option("--tensorboard/--no-tensorboard", default=True, show_default=True,
               help="Write TensorBoard events (needs tensorboardX).")
+@trust_option
 def report(float_model: str, quantized_model: str, data_path: str, val_path: Optional[str], report_dir: str,
            batch_size: int, max_batches: Optional[int], troubleshoot: bool, measure_fixes: int, zscore: float,
-           degrade_ratio: float, tpc_version: Optional[str], device_type: str, html: bool, tensorboard: bool) -> None:
+           degrade_ratio: float, tpc_version: Optional[str], device_type: str, html: bool, tensorboard: bool,
+           trust_model_file: bool) -> None:
     """Why did QUANTIZED_MODEL lose accuracy against FLOAT_MODEL? Writes the troubleshooting report
     (report.html, report.json, MCT's quant_report.json and troubleshoot_report.json) into --report-dir and
     prints its summary.
 
-    FLOAT_MODEL: a .keras / .h5 file, a .pt / .pth file holding a whole torch.nn.Module (torch.save(model, path);
-    loading it runs its pickled code: use your own files only), or 'package.module:function' returning the
-    PyTorch model. QUANTIZED_MODEL: the quantized model saved by hwquant (mct.exporter.save_quantized_model's .pt,
-    or keras_export_model's / model.save's .keras)."""
+    FLOAT_MODEL: a .keras / .h5 file, a .pt / .pth file holding a whole torch.nn.Module (torch.save(model, path):
+    torch.nn and torchvision layers are read, anything else the pickle names is refused unless --trust-model-file),
+    or 'package.module:function' returning the PyTorch model. QUANTIZED_MODEL: the quantized model saved by
+    hwquant (mct.exporter.save_quantized_model's .pt, or keras_export_model's / model.save's .keras)."""
     import hwquant as mct
 
     framework = framework_of_file(quantized_model)
     arrays = load_arrays(data_path, "--data")
     val_arrays = load_arrays(val_path, "--val-data") if val_path else arrays
-    float_net = load_float_model(float_model)
-    quantized = load_quantized_model(quantized_model)
+    float_net = load_float_model(float_model, trust=trust_model_file)
+    quantized = load_quantized_model(quantized_model, trust=trust_model_file)
     tpc = mct.get_target_platform_capabilities(tpc_version, device_type) if tpc_version else None
     config = mct.xquant.XQuantConfig(report_dir, threshold_degrade_layer_ratio=degrade_ratio,
                                      threshold_zscore_outlier_removal=zscore, measure_fixes=measure_fixes,

@@ -8,17 +8,24 @@ from typing import Any, List, Optional, Sequence, Union
 import numpy as np
 import onnx
 
-from hwquant.errors import ExportError
+from hwquant.errors import ExportError, UnsafeModelFileError
 from hwquant.exporter.onnx_lowering import lower_mctq_to_qdq
+from hwquant.model_files import check_onnx_external_data, load_onnx
 
 ModelLike = Union[str, os.PathLike, bytes, onnx.ModelProto]
 
 
 def _load(model: ModelLike) -> onnx.ModelProto:
-    if isinstance(model, onnx.ModelProto):
-        return onnx.ModelProto.FromString(model.SerializeToString())  # a copy: lowering edits in place
+    """A copy of the model (lowering edits in place); a file read with its external data only where that lies in the
+    file's folder, a model in memory only without external data elsewhere (UnsafeModelFileError)."""
     try:
-        return onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(os.fspath(model))
+        if not isinstance(model, (onnx.ModelProto, bytes)):
+            return load_onnx(model)
+        proto = onnx.ModelProto.FromString(model if isinstance(model, bytes) else model.SerializeToString())
+        check_onnx_external_data(proto, os.getcwd(), "the ONNX model given")
+        return proto
+    except UnsafeModelFileError:
+        raise
     except FileNotFoundError:
         raise ExportError(f"no ONNX file at '{model!s}'") from None
     except Exception as e:  # protobuf's DecodeError and friends

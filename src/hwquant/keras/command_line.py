@@ -19,8 +19,11 @@ def is_model(obj: Any) -> bool:
     return isinstance(obj, keras.Model)
 
 
-def load_model(path: str) -> Any:
-    return keras.saving.load_model(path, compile=False)
+def load_model(path: str, trust: bool = False) -> Any:
+    """A .keras / .h5 model file; a Lambda layer's Python bytecode is refused unless `trust` (hwquant.keras.
+    model_files: Keras' safe mode, checked first)."""
+    from hwquant.keras.model_files import load_keras_model
+    return load_keras_model(path, trust=trust)
 
 
 def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Optional[str]]:
@@ -28,9 +31,9 @@ def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Option
     return model, None
 
 
-def load_quantized(path: str) -> Any:
+def load_quantized(path: str, trust: bool = False) -> Any:
     from hwquant.keras.facade import keras_load_quantized_model
-    return keras_load_quantized_model(path, compile=False)
+    return keras_load_quantized_model(path, compile=False, safe_mode=not trust)
 
 
 def _outputs(out: Any) -> List[np.ndarray]:
@@ -57,9 +60,9 @@ def export(model: Any, path: str, representative_dataset: Callable[[], Any], fmt
     return keras_export_model(model, path, serialization_format=serialization, quantization_format=quantization)
 
 
-def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+def run_exported(path: str, inputs: Sequence[np.ndarray], trust: bool = False) -> List[np.ndarray]:
     """The outputs of an exported file run as deployed: TFLite in the LiteRT interpreter (its batch resized
-    to the inputs'), ONNX in ONNX Runtime, a .keras file reloaded."""
+    to the inputs'), ONNX in ONNX Runtime, a .keras file reloaded (in Keras' safe mode unless `trust`)."""
     if path.endswith(".tflite"):
         from hwquant.keras.tflite_int8 import _interpreter
         interpreter = _interpreter(Path(path).read_bytes())
@@ -75,7 +78,7 @@ def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
     if path.endswith(".onnx"):
         from hwquant.exporter.onnx_runtime import run_onnx
         return run_onnx(path, inputs)
-    return predict(load_quantized(path), inputs)
+    return predict(load_quantized(path, trust=trust), inputs)
 
 
 def quantized_layers(model: Any) -> List[str]:

@@ -103,13 +103,13 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
 
 
 def keras_load_quantized_model(filepath: Any, custom_objects: Any = None, compile: bool = True,
-                               options: Any = None) -> Any:
+                               options: Any = None, *, safe_mode: bool = True) -> Any:
     """A quantized Keras model saved with `model.save('....keras')`, with hwquant's quantization
     layers and quantizers, inferable or trainable (saved on one Keras backend, loadable on another).
     MCT's signature: ``custom_objects`` are the user's own classes; ``options`` (a TensorFlow
-    SavedModel's LoadOptions) does not apply to `.keras` files and must be None, as in MCT."""
-    import keras
-
+    SavedModel's LoadOptions) does not apply to `.keras` files and must be None, as in MCT.
+    ``safe_mode`` (keyword only; keras.saving.load_model's): True refuses a file holding Python
+    bytecode (a Lambda layer's function: UnsafeModelFileError); False runs it, for files you trust."""
     import hwquant.keras.quantizers  # noqa: F401 - registers the quantization layers for deserialisation
     import hwquant.keras.trainable  # noqa: F401 - and the trainable quantizers (a QAT model saved mid-training)
     if options is not None:
@@ -117,4 +117,5 @@ def keras_load_quantized_model(filepath: Any, custom_objects: Any = None, compil
                                  "quantized model is a .keras file, loaded without it: leave options None")
     if custom_objects is not None and not isinstance(custom_objects, dict):
         raise InvalidConfigError(f"custom_objects must be a dict {{name: class}} or None, got {type(custom_objects).__name__}")
-    return keras.saving.load_model(filepath, custom_objects=custom_objects, compile=compile)
+    from hwquant.keras.model_files import load_keras_model
+    return load_keras_model(filepath, trust=not safe_mode, custom_objects=custom_objects, compile=compile)

@@ -131,12 +131,21 @@ def load_legacy_h5_model(filepath: Any, custom_objects: Optional[Dict[str, Any]]
 
     The configs Keras 3 rejects are rewritten first (see the module's notes; each rewrite logged at INFO);
     `custom_objects`, `compile` (False: the float model is what quantization needs, and legacy training
-    configs name optimizers Keras 3 may not have) and `safe_mode` are keras.saving.load_model's."""
+    configs name optimizers Keras 3 may not have) and `safe_mode` are keras.saving.load_model's: True (the default)
+    refuses a file holding a Lambda layer's Python bytecode (UnsafeModelFileError, before Keras is called), False
+    runs it (only for files you trust)."""
     import h5py
     import keras
 
+    from hwquant.keras.model_files import KERAS_IN_PYTHON, lambda_layers
+    from hwquant.model_files import KERAS_WAYS, names, refusal
+
     path = os.fspath(filepath)
     config, attrs = read_legacy_config(path)
+    found = [repr(n) for n in lambda_layers(config)] if safe_mode else []
+    if found:
+        raise refusal(path, f"holds Python bytecode that loading it would run (Lambda layer {names(found)})",
+                      KERAS_WAYS, KERAS_IN_PYTHON)
     changes = rewrite_legacy_config(config)
     kwargs = {"custom_objects": custom_objects, "compile": compile, "safe_mode": safe_mode}
     if not changes:

@@ -130,8 +130,11 @@ class KerasXQuantBackend:
         return _flat(model.predict_on_batch(_feed(model, batch)))
 
 
-def load_float_model(path: str) -> Any:
-    return keras.saving.load_model(path, compile=False)
+def load_float_model(path: str, trust: bool = False) -> Any:
+    """A .keras / .h5 model file; a Lambda layer's Python bytecode is refused unless `trust` (hwquant.keras.
+    model_files)."""
+    from hwquant.keras.model_files import load_keras_model
+    return load_keras_model(path, trust=trust)
 
 
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,

@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from hwquant.errors import HwquantError
+from hwquant.errors import HwquantError, UnsafeModelFileError
 
 NAME = "pytorch"
 CHANNELS_LAST = False
@@ -36,27 +36,36 @@ def _is_torchscript(path: str) -> bool:
         return False
 
 
-def load_model(path: str) -> torch.nn.Module:
+def load_model(path: str, trust: bool = False) -> torch.nn.Module:
     """A float model from a file: an ONNX model (converted by onnx2torch), a torch.export program (.pt2),
     TorchScript (converted once the data is read: prepare_model), or a whole pickled module (torch.save(model,
-    path); loading it runs its pickled code: the user's own files only)."""
+    path)). Nothing in the file runs unless `trust` (hwquant.model_files): a pickle is read with
+    torch.load(weights_only=True) and the torch.nn / torchvision / hwquant layer classes only, a .pt2 archive is
+    checked first (UnsafeModelFileError otherwise); `trust=True` loads as torch does (runs the file's code)."""
+    from hwquant.torch.model_files import load_exported_program, load_pickled_model
+
     if path.endswith(".onnx"):
         from hwquant.torch.onnx_import import module_from_onnx
         return module_from_onnx(path)
     if path.endswith(".pt2"):
         try:
-            # no guard nodes: capture runs the graph in its own ways; a fixed batch is kept to (fixed_batch_size)
-            return torch.export.load(path).module(check_guards=False)
+            program = load_exported_program(path, trust=trust)
+        except UnsafeModelFileError:
+            raise
         except Exception as e:  # a truncated or foreign file
             raise ModelFileError(f"'{path}' is not a readable torch.export program (.pt2 written by "
                                  f"torch.export.save): {type(e).__name__}: {e}") from None
-    if _is_torchscript(path):
+        # no guard nodes: capture runs the graph in its own ways; a fixed batch is kept to (fixed_batch_size)
+        return program.module(check_guards=False)
+    if _is_torchscript(path):  # TorchScript's interpreter runs no Python: read as it is
         return torch.jit.load(path, map_location="cpu").eval()
     try:
-        model = torch.load(path, map_location="cpu", weights_only=False)
+        model = load_pickled_model(path, trust=trust)
+    except UnsafeModelFileError:
+        raise
     except Exception as e:
         raise ModelFileError(f"'{path}' is not a readable PyTorch file ({type(e).__name__}: {e})") from None
-    if isinstance(model, dict) and model.get("format", "").startswith("hwquant"):
+    if isinstance(model, dict) and str(model.get("format", "")).startswith("hwquant"):
         raise ModelFileError(f"'{path}' is a model quantized by hwquant already: pass the float model (use "
                              "`hwquant export` to write it in another format)")
     if not isinstance(model, torch.nn.Module):
@@ -75,7 +84,8 @@ def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Option
     return converted, "the TorchScript model was converted to a PyTorch module through ONNX (onnx2torch)"
 
 
-def load_quantized(path: str) -> torch.nn.Module:
+def load_quantized(path: str, trust: bool = False) -> torch.nn.Module:
+    """A model saved by hwquant: plain data and tensors, read with torch.load(weights_only=True) whatever `trust`."""
     from hwquant.torch.saved_model import load_quantized_model
     return load_quantized_model(path)
 
@@ -116,9 +126,10 @@ def export(model: Any, path: str, representative_dataset: Callable[[], Any], fmt
                                 quantization_format=quantization)
 
 
-def run_exported(path: str, inputs: Sequence[np.ndarray]) -> List[np.ndarray]:
+def run_exported(path: str, inputs: Sequence[np.ndarray], trust: bool = False) -> List[np.ndarray]:
     """The outputs of an exported file run as deployed: ONNX in ONNX Runtime (MCTQ ops lowered to standard
-    ones), TorchScript in torch.jit, a saved hwquant model rebuilt."""
+    ones), TorchScript in torch.jit, a saved hwquant model rebuilt (none runs Python code from the file, whatever
+    `trust`)."""
     if path.endswith(".onnx"):
         from hwquant.exporter.onnx_runtime import run_onnx
         return run_onnx(path, inputs)

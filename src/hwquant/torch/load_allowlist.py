@@ -12,14 +12,21 @@ Everything is an explicit allowlist; nothing is imported and nothing outside the
   listed operator / math / builtin functions.
 - tensors: the shapes a layer's parameters and buffers must have given its recorded attributes
   (`check_layer_tensors`), so that a file cannot pair a layer with tensors of another shape.
+
+The float models the command line reads as whole pickles (``torch.save(model)``, ``hwquant.torch.model_files``)
+load with ``torch.load(weights_only=True)`` too, with the classes `model_class` allows: no function ever,
+only nn.Module classes of torch.nn, torchvision's models and operators and hwquant's quantization layers,
+every class of whose MRO lives in those packages (so that their ``__new__`` / ``__init__`` / ``__setstate__``,
+all the code unpickling them can run, is that library code).
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import operator
 import re
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Optional, Sequence
 
 import numpy as np
 import torch
@@ -187,3 +194,58 @@ def check_weight_quantizers(layer: nn.Module, quantizers: Dict[str, Any], where:
         if count not in (1, weight.shape[axis]):
             raise ValueError(f"{where}: the quantizer of '{name}' has {count} channels, the weight "
                              f"{weight.shape[axis]} along axis {axis}")
+
+
+# ---- whole pickled modules (torch.save(model)) ----------------------------------------------------------------
+# the packages whose nn.Module classes a whole-model pickle may name (importing them runs installed library code only)
+MODEL_CLASS_PACKAGES = ("torch.nn.modules.", "torchvision.models.", "torchvision.ops.", "hwquant.torch.quantizers.",
+                        "mct_quantizers.")
+# where every class in an allowed class's MRO must live
+_CLASS_HOMES = MODEL_CLASS_PACKAGES + ("builtins.", "typing.", "abc.")
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
+
+
+def _lookup(name: str) -> Any:
+    """The object `name` ('package.module.Qualname') names, importing only modules under MODEL_CLASS_PACKAGES."""
+    parts = name.split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:split])
+        if not (module_name + ".").startswith(MODEL_CLASS_PACKAGES):
+            continue
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError:  # not installed here, or not a module: try a shorter module path
+            continue
+        for part in parts[split:]:
+            if part.startswith("__"):
+                return None
+            obj = getattr(obj, part, None)
+        return obj
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def model_class(name: Any) -> Optional[type]:
+    """The class a whole-model pickle may build, named as pickle names it ('module.Qualname'), or None: an nn.Module
+    subclass of a package of MODEL_CLASS_PACKAGES whose classes (its MRO) all live in those packages. Never a
+    function: a pickle calls what it names."""
+    if not isinstance(name, str) or not _DOTTED.match(name) or not name.startswith(MODEL_CLASS_PACKAGES):
+        return None
+    cls = _lookup(name)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)) or f"{cls.__module__}.{cls.__qualname__}" != name:
+        return None  # a function, another kind of object, or a class re-exported under another name
+    if not all((k.__module__ + ".").startswith(_CLASS_HOMES) for k in cls.__mro__):
+        return None  # a base class from elsewhere: its code would run
+    return cls
+
+
+@functools.lru_cache(maxsize=1)
+def torch_layer_classes() -> FrozenSet[type]:
+    """Every torch.nn layer class `model_class` allows (for files whose names cannot be read before loading)."""
+    found = set()
+    for obj in vars(nn).values():
+        if isinstance(obj, type) and issubclass(obj, nn.Module):
+            cls = model_class(f"{obj.__module__}.{obj.__qualname__}")
+            if cls is not None:
+                found.add(cls)
+    return frozenset(found)

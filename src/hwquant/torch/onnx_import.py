@@ -8,13 +8,14 @@ script modules), with its batch axis left free.
 from __future__ import annotations
 
 import io
+import os
 import sys
 import types
 from typing import Any, Sequence
 
 import torch
 
-from hwquant.errors import HwquantError
+from hwquant.errors import HwquantError, UnsafeModelFileError
 
 
 class OnnxImportError(HwquantError, ValueError):
@@ -56,9 +57,17 @@ def module_from_onnx(model: Any) -> torch.nn.Module:
     """The PyTorch module of an ONNX model (a path or a ModelProto), shapes inferred first (onnx2torch reads
     ranks), in eval mode."""
     import onnx
+
+    from hwquant.model_files import check_onnx_external_data, load_onnx
     try:
-        proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model))
+        if isinstance(model, onnx.ModelProto):
+            check_onnx_external_data(model, os.getcwd(), "the ONNX model given")
+            proto = model
+        else:
+            proto = load_onnx(model)  # external data outside the model's folder refused
         proto = onnx.shape_inference.infer_shapes(proto)
+    except UnsafeModelFileError:
+        raise
     except Exception as e:  # noqa: BLE001 - protobuf's decode errors and the checker's
         raise OnnxImportError(f"not a readable ONNX model: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     constants_as_initializers(proto)

@@ -145,9 +145,12 @@ class TorchXQuantBackend:
         return [_numpy(t) for t in self._flat(model(*batch))]
 
 
-def load_float_model(path: str) -> torch.nn.Module:
-    """A whole pickled module (torch.save(model, path)); loading runs the pickle's code: the user's own files only."""
-    model = torch.load(path, map_location="cpu", weights_only=False)
+def load_float_model(path: str, trust: bool = False) -> torch.nn.Module:
+    """A whole pickled module (torch.save(model, path)), read with torch.load(weights_only=True) and the torch.nn /
+    torchvision / hwquant layer classes only (UnsafeModelFileError for a file naming anything else: hwquant.torch.
+    model_files); `trust=True` reads it with full pickle, which runs any code the file holds."""
+    from hwquant.torch.model_files import load_pickled_model
+    model = load_pickled_model(path, trust=trust)
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"'{path}' holds a {type(model).__name__}, not a torch.nn.Module (a state dict needs its model "
                          "class: pass 'package.module:function' returning the model instead)")
