@@ -231,3 +231,138 @@ def test_mixed_precision_under_the_callers_no_grad():
     with torch.no_grad():
         got = mct.ptq.pytorch_post_training_quantization(model, data, target)[1].mixed_precision_cfg
     assert got == want
+
+
+def test_torchs_process_wide_settings_hold_while_a_call_computes(tmp_path):
+    """torch.export switches oneDNN and NNPACK off and raises torch.compiler's flag process-wide while it
+    runs, torch.onnx raises its exporting flag: another thread's capture or export must not do so while a
+    call computes (its convolutions would round differently, its optimisers take another path)."""
+    import torch.backends.mkldnn
+
+    from hwquant.torch.capture import capture
+
+    def settings():
+        return (torch.backends.mkldnn.enabled, torch._C._get_nnpack_enabled(), torch.compiler.is_compiling(),
+                torch.onnx.is_in_onnx_export())
+
+    before, seen = settings(), set()
+    exporting, quantized = _seeded(_ShapeBranch, 3), _ptq(_cnn(0))
+    batches = [torch.randn(2, 8, 12, 12, generator=torch.Generator().manual_seed(k)) for k in range(40)]
+
+    def observed():
+        for b in batches:
+            seen.add(settings())
+            yield [b]
+
+    done, errors = threading.Event(), []
+
+    def capture_and_export():
+        try:
+            while not done.is_set():
+                capture(exporting, [batches[0]])
+                mct.exporter.pytorch_export_model(quantized, tmp_path / "m.onnx", _data())
+        except Exception as e:  # noqa: BLE001
+            errors.append(f"{type(e).__name__}: {e}")
+
+    other = threading.Thread(target=capture_and_export)
+    other.start()
+    try:
+        for _ in range(3):
+            mct.ptq.pytorch_post_training_quantization(_cnn(1), observed)
+    finally:
+        done.set()
+        other.join(120)
+    assert errors == [] and seen == {before}, (errors[:2], seen)
+
+
+def test_calls_of_every_kind_at_once_give_the_sequential_results():
+    """The short version of benchmarks/run_threads.py: PTQ on each capture route, mixed precision, GPTQ,
+    QAT, ONNX export, the troubleshooting report, pruning and data generation, eight threads at once on two
+    cores, each call on its own model; every result bitwise the one it gives alone."""
+    from benchmarks import thread_stress as stress
+
+    references = stress.references_of(stress.TORCH_JOBS)
+    result = stress.run_rounds(stress.TORCH_JOBS, references, threads=8, rounds=3)
+    assert result.errors == [] and result.differences == [], (result.errors[:3], result.differences)
+
+
+def test_a_model_keeps_its_integer_arithmetic_while_another_thread_exports(tmp_path):
+    """torch.onnx's exporting flag is process-wide: a quantized model run in another thread (a server) while
+    hwquant exports keeps its integer arithmetic (only the exporting thread's tracer takes the export path)."""
+    from hwquant.torch.quantizers import _exporting_in_this_thread
+
+    served, exported, x = _ptq(_cnn(0)), _ptq(_cnn(1)), torch.randn(4, 8, 12, 12)
+    with torch.no_grad():
+        want = served(x)
+    done, flag_seen, wrong, runs = threading.Event(), threading.Event(), [], [0]
+
+    def serve():
+        while not done.is_set():
+            with torch.no_grad():
+                y = served(x)
+            if torch.onnx.is_in_onnx_export():
+                flag_seen.set()
+                if _exporting_in_this_thread():
+                    wrong.append("took the export path")
+            if not torch.equal(y, want):
+                wrong.append("different output")
+            runs[0] += 1
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        for k in range(40):  # until the server has run during an export
+            mct.exporter.pytorch_export_model(exported, tmp_path / f"m{k % 2}.onnx", _data())
+            if flag_seen.is_set():
+                break
+    finally:
+        done.set()
+        server.join(60)
+    assert flag_seen.is_set() and wrong == [], (runs[0], wrong[:3])
+
+
+def test_the_shared_exclusive_lock():
+    """Shared holds overlap, an exclusive one runs alone; both reentrant; two shared holders asking for it
+    exclusively both get it in turn (each gives its shared hold up while it waits)."""
+    from hwquant.concurrency import SharedExclusiveLock
+
+    lock, inside, overlaps, log = SharedExclusiveLock(), [0], [], []
+    both_shared = threading.Barrier(2, timeout=10)
+
+    def worker(k):
+        with lock.shared, lock.shared:  # reentrant
+            both_shared.wait()  # two shared holders at once
+            with lock.exclusive, lock.exclusive, lock.shared:  # the upgrade, reentrant
+                inside[0] += 1
+                overlaps.append(inside[0])
+                log.append(k)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(t.is_alive() for t in threads), "deadlock"
+    assert sorted(log) == [0, 1] and overlaps == [1, 1]
+    # a waiting exclusive request keeps new shared holders out
+    order, held = [], threading.Event()
+
+    def exclusive_later():
+        held.wait(10)
+        with lock.exclusive:
+            order.append("exclusive")
+
+    with lock.shared:
+        t = threading.Thread(target=exclusive_later)
+        t.start()
+        held.set()
+        while not lock._waiting:  # (the request is queued)
+            threading.Event().wait(0.01)
+        late = threading.Thread(target=lambda: (lock.shared.__enter__(), order.append("shared"), lock.shared.__exit__()))
+        late.start()
+        threading.Event().wait(0.2)
+        assert order == []
+    t.join(10)
+    late.join(10)
+    assert order == ["exclusive", "shared"]

@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
-from hwquant.concurrency import CAPTURE_LOCK
+from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.core.graph import Graph
 from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.export_capture import capture_with_export
@@ -78,14 +78,35 @@ def _drop_specialised_inputs(gm: fx.GraphModule, n_given: int) -> None:
     gm.recompile()
 
 
+class _ThisThreadOnly:
+    """sys.stderr for the time of a capture: this thread's writes go to `buffer`, other threads' to the stream
+    they would have gone to (sys.stderr is process-wide)."""
+
+    def __init__(self, stream: Any, buffer: io.StringIO):
+        self._stream, self._buffer, self._thread = stream, buffer, threading.get_ident()
+
+    def write(self, text: str) -> int:
+        return (self._buffer if threading.get_ident() == self._thread else self._stream).write(text)
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding...: the real stream's
+        return getattr(self._stream, name)
+
+
 def _quiet_export(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str) -> Graph:
     """capture_with_export, without the partial graphs torch.export prints to stderr when it fails (hundreds
-    of lines for a model the next route captures); anything else written to stderr meanwhile is passed on."""
+    of lines for a model the next route captures); anything else written to stderr meanwhile is passed on,
+    unless the route failed: then what torch printed on the way (tracebacks of its own shape checks) is about
+    a route not taken, and the capture's error names each route's failure."""
     buffer = io.StringIO()
+    failed = True
     try:
-        with contextlib.redirect_stderr(buffer):
-            return capture_with_export(model, example_inputs, name)
+        with contextlib.redirect_stderr(_ThisThreadOnly(sys.stderr, buffer)):
+            captured = capture_with_export(model, example_inputs, name)
+        failed = False
+        return captured
     finally:
+        if failed:
+            buffer = io.StringIO()
         kept, in_graph = [], False
         for text_line in buffer.getvalue().splitlines(keepends=True):
             if text_line.startswith("def forward("):  # a printed graph: its indented body and blank lines follow
@@ -158,7 +179,7 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
     name = type(model).__name__
     concrete = _defaulted_arguments(model, len(example_inputs))
     try:
-        with CAPTURE_LOCK:  # fx.symbolic_trace, one capture at a time and blind to other threads
+        with FRAMEWORK_STATE.exclusive:  # fx patches torch process-wide: alone (concurrency.py), blind to other threads
             tracer = _ThisThreadTracer()
             traced = tracer.trace(model, concrete_args=concrete or None)
         gm = fx.GraphModule(tracer.root, traced, name)
@@ -167,7 +188,7 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
     except Exception as fx_error:  # noqa: BLE001 - any tracing failure leads to the fallbacks
         site, line = _failure_site(fx_error)
         try:
-            with CAPTURE_LOCK:  # (torch.export's dynamo is not thread-safe either)
+            with FRAMEWORK_STATE.exclusive:  # (torch.export switches process-wide settings: concurrency.py)
                 return _quiet_export(model, example_inputs, name)
         except Exception as export_error:  # noqa: BLE001
             try:  # (thread-local mode, wrappers on this copy only: no lock needed)

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from hwquant.concurrency import framework_call
 from hwquant.data_generation.config import (DEFAULT_DATA_GEN_BS, DEFAULT_N_ITER, PYTORCH_DEFAULTS,
                                             BatchNormAlignemntLossType, BNLayerWeightingType, DataGenerationConfig,
                                             DataInitType, ImageGranularity, ImageNormalizationType,
@@ -180,6 +181,7 @@ def _input_channels(model: nn.Module, size: Tuple[int, int], device: Any) -> int
     return candidates[0]
 
 
+@framework_call
 def pytorch_data_generation_experimental(model: nn.Module, n_images: int, output_image_size: Any,
                                          data_generation_config: DataGenerationConfig,
                                          seed: int = 0) -> GeneratedImages:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import hwquant.torch.distributed  # noqa: F401 (registers this process's rank: rank 0 alone writes files)
+from hwquant.concurrency import framework_call
 from hwquant.core.model_metadata import metadata_strings
 from hwquant.errors import ExportError
 from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, MIN_ONNX_OPSET_VERSION,
@@ -62,6 +63,7 @@ def _metadata(model: Any, quantization: QuantizationFormat, serialization: Pytor
             "serialization_format": serialization.name}
 
 
+@framework_call
 def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callable[[], Any],
                          is_layer_exportable_fn: Optional[Callable[[Any], bool]] = None,
                          serialization_format: Any = PytorchExportSerializationFormat.ONNX,

@@ -13,7 +13,7 @@ import onnx
 import torch
 from torch import nn
 
-from hwquant.concurrency import CAPTURE_LOCK
+from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.errors import ExportError
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
 from hwquant.torch.imx500_forms import rewrite_for_imx500
@@ -114,8 +114,8 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
     inputs = [node.name for node in graph.nodes if node.op == "placeholder"] if graph is not None else []
     inputs = inputs if len(inputs) == len(example) else [f"input_{i}" for i in range(len(example))]
     buffer = io.BytesIO()
-    # (torch.onnx keeps its exporting state in module globals: exports take turns with captures)
-    with CAPTURE_LOCK, warnings.catch_warnings():
+    # (torch.onnx keeps its exporting state in module globals: the export runs alone, concurrency.py)
+    with FRAMEWORK_STATE.exclusive, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         # torch.onnx.utils.export is the TorchScript exporter (whose custom-op symbolics write the quantizer
         # markers) on every torch 2.x; torch.onnx.export is not: its default became the torch.export-based
@@ -127,7 +127,7 @@ def to_onnx(model: nn.Module, example: Sequence[torch.Tensor], opset: int,
 
 
 def to_torchscript(model: nn.Module, example: Sequence[torch.Tensor], extra_files: Dict[str, str]) -> bytes:
-    with CAPTURE_LOCK, torch.no_grad(), warnings.catch_warnings():
+    with FRAMEWORK_STATE.exclusive, torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit is deprecated in favour of torch.export
         traced = torch.jit.trace(copy.deepcopy(model).eval(), tuple(example), check_trace=False)

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
+from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import check_target, debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
@@ -16,6 +17,7 @@ log = logging.getLogger("hwquant.ptq")
 DEFAULT_PYTORCH_TPC = get_target_platform_capabilities()
 
 
+@framework_call
 def pytorch_post_training_quantization(in_module: Any, representative_data_gen: Callable[[], Any],
                                        target_resource_utilization: Optional[ResourceUtilization] = None,
                                        core_config: CoreConfig = CoreConfig(),
@@ -63,6 +65,7 @@ def run_pytorch_ptq(in_module: Any, representative_data_gen: Callable[[], Any],
     return session, run_ptq(session.state, session.data, progress, keep_float_graph)
 
 
+@framework_call
 def pytorch_resource_utilization_data(in_model: Any, representative_data_gen: Callable[[], Any],
                                       core_config: CoreConfig = CoreConfig(),
                                       target_platform_capabilities: Any = DEFAULT_PYTORCH_TPC) -> ResourceUtilization:

@@ -21,18 +21,16 @@ import json
 import keyword
 import pickle
 import re
-import threading
 import zipfile
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
+from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.errors import UnsafeModelFileError
 from hwquant.model_files import PT2_WAYS, TORCH_WAYS, names, refusal
 from hwquant.torch import load_allowlist as allowlist
 
-# torch.serialization.safe_globals changes a process-wide list: one checked load at a time
-_SAFE_GLOBALS_LOCK = threading.Lock()
 _GLOBAL_IN_ERROR = re.compile(r"GLOBAL ([\w.]+)")
 # what torch's weights-only unpickler says when it refuses an object (not a malformed file)
 _REFUSED = ("allowlisted", "Unsupported global", "unrecognized function", "persistent_load", "blocked")
@@ -69,7 +67,8 @@ def load_pickled_model(path: Any, trust: bool = False, map_location: Any = "cpu"
         if refused:
             raise _refuse_names(path, refused)
         classes = [allowlist.model_class(name) for name in asked]
-    with _SAFE_GLOBALS_LOCK, torch.serialization.safe_globals(classes):
+    # (torch.serialization.safe_globals changes a process-wide list: the load runs alone, concurrency.py)
+    with FRAMEWORK_STATE.exclusive, torch.serialization.safe_globals(classes):
         try:
             return torch.load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as e:
@@ -273,4 +272,5 @@ def load_exported_program(path: Any, trust: bool = False) -> Any:
     """torch.export.load of a .pt2 file, checked first unless trusted (UnsafeModelFileError)."""
     if not trust:
         check_exported_program(path)
-    return torch.export.load(path)
+    with FRAMEWORK_STATE.exclusive:  # (torch.export may switch process-wide settings: concurrency.py)
+        return torch.export.load(path)

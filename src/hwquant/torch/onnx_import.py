@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import torch
 
+from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.errors import HwquantError, UnsafeModelFileError
 
 
@@ -102,7 +103,7 @@ def module_from_torchscript(script: torch.jit.ScriptModule, sample: Sequence[tor
     buffer = io.BytesIO()
     names = [f"input_{i}" for i in range(len(sample))]
     try:
-        with torch.no_grad():
+        with FRAMEWORK_STATE.exclusive, torch.no_grad():  # (torch.onnx's state is process-wide: concurrency.py)
             torch.onnx.export(script, tuple(sample), buffer, input_names=names, opset_version=17, dynamo=False,
                               dynamic_axes={n: {0: "batch"} for n in names})
     except Exception as e:  # noqa: BLE001 - torch's exporter refusing an operator

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 import numpy as np
 import torch
 
+from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig, ResourceUtilization
 from hwquant.core.graph import Graph
 from hwquant.pruning.config import PruningConfig, PruningInfo
@@ -46,6 +47,7 @@ class TorchPruningBackend:
         return model
 
 
+@framework_call
 def pytorch_pruning_experimental(model: torch.nn.Module, target_resource_utilization: ResourceUtilization,
                                  representative_data_gen: Callable[[], Any],
                                  pruning_config: PruningConfig = PruningConfig(),

@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from torch import nn
 
+from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import user_information
 from hwquant.core.model_metadata import quantization_metadata
@@ -22,6 +23,7 @@ from hwquant.trainable_infrastructure.node_configs import QATQuantizers
 log = logging.getLogger("hwquant.qat")
 
 
+@framework_call
 def pytorch_quantization_aware_training_init_experimental(
         in_model: Any, representative_data_gen: Callable[[], Any],
         target_resource_utilization: Optional[ResourceUtilization] = None, core_config: CoreConfig = CoreConfig(),
@@ -66,6 +68,7 @@ def _refuse_sharded(model: Any) -> None:
             "skeleton (docs/guide/distributed.md)")
 
 
+@framework_call
 def pytorch_quantization_aware_training_finalize_experimental(in_model: nn.Module) -> nn.Module:
     """The inferable quantized model of a trained QAT model, in eval mode: each trainable quantizer
     becomes the fixed quantizer of its learned grid, so the result gives bitwise the trained model's

@@ -217,7 +217,7 @@ class PytorchQuantizationWrapper(_MctqWrapper):
     get_quantized_weights = quantized_weights
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        if len(args) == 1 and not kwargs and not torch.onnx.is_in_onnx_export():
+        if len(args) == 1 and not kwargs and not _exporting_in_this_thread():
             input_scale = self._integer_input_scale(args[0])
             kernel = _integer_kernel(self.layer, self.weights_quantizers) if input_scale is not None else None
             if kernel is not None:
@@ -289,6 +289,13 @@ class PytorchQuantizationWrapper(_MctqWrapper):
                 w_sum = float(w_int.abs().flatten(1).sum(1).max()) if w_int.numel() else 0.0
             cached = self.__dict__["_w_int_cache"] = (wq, key, w_int, w_quantized, w_sum)
         return cached[2], cached[3], cached[4]
+
+
+def _exporting_in_this_thread() -> bool:
+    """An ONNX export is tracing this thread's call. torch.onnx's flag alone is process-wide: a model another
+    thread runs meanwhile must keep its integer arithmetic; the tracer (TorchScript's, or torch.export's
+    under the newer exporter) is what marks the exporting thread."""
+    return torch.onnx.is_in_onnx_export() and (torch.jit.is_tracing() or torch.compiler.is_compiling())
 
 
 def _grid_on(quantizer: Any, device: torch.device):

@@ -43,6 +43,7 @@ import torch
 from torch import fx, nn
 
 import hwquant.torch.distributed  # noqa: F401 (registers this process's rank: rank 0 alone writes files)
+from hwquant.concurrency import framework_call
 from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
 from hwquant.torch import load_allowlist as allowlist
@@ -266,6 +267,7 @@ def _build(spec: Dict[str, Any], path: str, tensors: Dict[str, Any]) -> nn.Modul
     return m
 
 
+@framework_call
 def save_quantized_model(model: nn.Module, path: Union[str, Path]) -> Path:
     """Write a model made by hwquant's quantization facades to `path` (atomically)."""
     if not isinstance(model, nn.Module):
@@ -291,6 +293,7 @@ def save_quantized_model(model: nn.Module, path: Union[str, Path]) -> Path:
     return atomic_write(path, buffer.getvalue())
 
 
+@framework_call
 def load_quantized_model(path: Union[str, Path], map_location: Any = None) -> fx.GraphModule:
     """Rebuild a model written by `save_quantized_model` (in eval mode, with its metadata)."""
     path = Path(path)

@@ -6,6 +6,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 import torch
 
+from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig
 from hwquant.xquant.analysis import XQuantInputError, check_reference, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
@@ -165,6 +166,7 @@ def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, vali
                       troubleshoot)
 
 
+@framework_call
 def xquant_report_pytorch_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],
                                        validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
     """MCT's report: the similarity of the quantized model to the float model, at its output and at every
@@ -173,6 +175,7 @@ def xquant_report_pytorch_experimental(float_model: Any, quantized_model: Any, r
     return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, False)[0]
 
 
+@framework_call
 def xquant_report_troubleshoot_pytorch_experimental(float_model: Any, quantized_model: Any,
                                                     repr_dataset: Callable[[], Any],
                                                     validation_dataset: Callable[[], Any],

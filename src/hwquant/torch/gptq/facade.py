@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from torch import nn
 
+from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
@@ -21,6 +22,7 @@ from hwquant.torch.metadata import attach_metadata
 log = logging.getLogger("hwquant.gptq")
 
 
+@framework_call
 def pytorch_gradient_post_training_quantization(
         model: Any, representative_data_gen: Callable[[], Any],
         target_resource_utilization: Optional[ResourceUtilization] = None, core_config: CoreConfig = CoreConfig(),
