@@ -137,3 +137,12 @@ def framework_call(function: F) -> F:
         with FRAMEWORK_STATE.shared:
             return function(*args, **kwargs)
     return call  # type: ignore[return-value]
+
+
+def keras_call(function: F) -> F:
+    """A public Keras call: it holds FRAMEWORK_STATE exclusively throughout (KERAS_LOCK)."""
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with KERAS_LOCK:
+            return function(*args, **kwargs)
+    return call  # type: ignore[return-value]

@@ -6,7 +6,7 @@ import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
-from hwquant.concurrency import KERAS_LOCK
+from hwquant.concurrency import KERAS_LOCK, keras_call
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import check_target, debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
@@ -102,6 +102,7 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
         return compute_resource_utilization(state.graph, base_config, state.adapter)
 
 
+@keras_call
 def keras_load_quantized_model(filepath: Any, custom_objects: Any = None, compile: bool = True,
                                options: Any = None, *, safe_mode: bool = True) -> Any:
     """A quantized Keras model saved with `model.save('....keras')`, with hwquant's quantization

@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 import keras
 import numpy as np
 
+from hwquant.concurrency import keras_call
 from hwquant.xquant.analysis import XQuantInputError, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
@@ -144,6 +145,7 @@ def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, vali
                       xquant_config, troubleshoot)
 
 
+@keras_call
 def xquant_report_keras_experimental(float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any],
                                      validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
     """MCT's report for Keras: the similarity dictionary (MCT's keys), with hwquant's report.html, report.json and
@@ -151,6 +153,7 @@ def xquant_report_keras_experimental(float_model: Any, quantized_model: Any, rep
     return _report(float_model, quantized_model, repr_dataset, validation_dataset, xquant_config, False)[0]
 
 
+@keras_call
 def xquant_report_troubleshoot_keras_experimental(float_model: Any, quantized_model: Any,
                                                   repr_dataset: Callable[[], Any],
                                                   validation_dataset: Callable[[], Any], xquant_config: XQuantConfig):
