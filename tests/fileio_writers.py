@@ -1,5 +1,5 @@
 """Every writer of files hwquant has, each writing one target in a folder of its own: tests/test_fileio.py kills
-them in the middle of the write (a child process blocked at the rename) and writes the same targets again.
+each in the middle of the write (a child process blocked at the rename) and writes the same targets again.
 
 Writers: the TPC JSON export; PyTorch's ONNX and TorchScript exports and saved quantized model; Keras' .keras
 and ONNX exports (TFLite on the TensorFlow backend); the troubleshooting report (xquant, a folder written
@@ -28,8 +28,6 @@ TARGETS = {
     "tflite": ("model.tflite", "keras"),
     "xquant": ("report", "any"),  # a folder: report.json and MCT's files in it
 }
-# Keras' exports hold hwquant's Keras lock while they write (concurrency.KERAS_LOCK)
-HOLDS_A_LOCK = {"keras", "keras_onnx", "tflite"}
 
 
 def available() -> List[str]:

@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from fileio_writers import HOLDS_A_LOCK, Writers, available
+from fileio_writers import Writers, available
 
 import hwquant as mct
 from hwquant.errors import FileWriteError
@@ -93,48 +93,61 @@ def test_a_dead_writers_files_and_staging_folders_are_removed(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [live_report.name]
 
 
-# A child process runs the writers named on its command line, each in a thread of its own, and blocks each at
-# its last step, the rename into the target's folder (fileio's, or the report's moves out of its staging
-# folder): the test then kills it with SIGKILL, in the middle of every write at once.
-_BLOCKED_WRITERS = """
+# A child process runs one writer and blocks it at its last step, the rename into the target's folder (fileio's,
+# or the report's moves out of its staging folder): the test then kills it with SIGKILL, in the middle of the
+# write. One process per writer: a blocked writer holds hwquant's locks (concurrency.py), which a second
+# writer in the same process would wait for.
+_BLOCKED_WRITER = """
 import os, sys, threading, traceback
 from fileio_writers import Writers
 
-root, names = os.path.abspath(sys.argv[1]), sys.argv[2:]
+root, name = os.path.abspath(sys.argv[1]), sys.argv[2]
 writers = Writers(root)
-writers.prepare(names)
-real_replace, reached = os.replace, threading.Event()
+writers.prepare([name])
+real_replace = os.replace
 
 def replace(src, dst, *args, **kwargs):
     if os.path.abspath(os.fspath(dst)).startswith(root + os.sep):
-        reached.set()
+        print("blocked", name, flush=True)
         threading.Event().wait()  # until killed
     return real_replace(src, dst, *args, **kwargs)
 
 os.replace = replace
-
-def run(name):
-    try:
-        writers.write(name)
-        print("finished", name, flush=True)
-    except BaseException:
-        traceback.print_exc()
-        print("failed", name, flush=True)
-    reached.set()
-
-for name in names:
-    reached.clear()
-    threading.Thread(target=run, args=(name,), daemon=True).start()
-    reached.wait()
-    print("blocked", name, flush=True)
-threading.Event().wait()
+try:
+    writers.write(name)
+    print("finished", name, flush=True)
+except BaseException:
+    traceback.print_exc()
+    print("failed", name, flush=True)
 """
+_AT_ONCE = 3  # children at a time (each imports the frameworks: memory and the CPUs)
+
+
+def _kill_in_the_middle_of_writing(root, name) -> int:
+    """Start the child writing `name`, wait until it is blocked at the rename, SIGKILL it; returns its pid."""
+    child = subprocess.Popen([sys.executable, "-c", _BLOCKED_WRITER, str(root), name], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    watchdog = threading.Timer(240, child.kill)
+    watchdog.start()
+    try:
+        said = None  # what the child says of its writer (other lines: the libraries' own output)
+        while said is None and (line := child.stdout.readline()):
+            if line.split(" ", 1)[0] in ("blocked", "finished", "failed"):
+                said = line.strip()
+        assert said == f"blocked {name}", said
+    finally:
+        watchdog.cancel()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    return child.pid
 
 
 def test_every_writer_killed_mid_write_leaves_nothing_the_next_write_does_not_remove(tmp_path):
     """For each writer (tests/fileio_writers.py): a process SIGKILLed in the middle of writing the target leaves
     its hidden temporary (file or staging folder) beside it and the old target intact; the next write of the same
     target removes it: nothing named .hwquant-* remains anywhere."""
+    from concurrent.futures import ThreadPoolExecutor
+
     names = available()
     writers = Writers(tmp_path)
     for name in names:  # an older version of each target, which the killed writes must leave as it was
@@ -145,33 +158,14 @@ def test_every_writer_killed_mid_write_leaves_nothing_the_next_write_does_not_re
             (target / "report.json").write_text("old")
         else:
             target.write_text("old")
-    # a writer holding the Keras lock while blocked would block the next: each such writer ends its process
-    locked = [n for n in names if n in HOLDS_A_LOCK]
-    groups = [[n for n in names if n not in HOLDS_A_LOCK] + locked[:1]] + [[n] for n in locked[1:]]
-    children = [subprocess.Popen([sys.executable, "-c", _BLOCKED_WRITERS, str(tmp_path), *group], stdout=subprocess.PIPE,
-                                 text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-                for group in groups if group]
-    watchdog = threading.Timer(240, lambda: [c.kill() for c in children])
-    watchdog.start()
-    try:
-        for child, group in zip(children, groups):
-            said = []  # what the child says of each writer (other lines: the libraries' own output)
-            while len(said) < len(group) and (line := child.stdout.readline()):
-                if line.split(" ", 1)[0] in ("blocked", "finished", "failed"):
-                    said.append(line.strip())
-            assert said == [f"blocked {n}" for n in group], said
-    finally:
-        watchdog.cancel()
-        for child in children:
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=30)
-    for child, group in zip(children, groups):
-        for name in group:
-            target = writers.target(name)
-            left = [p.name for p in target.parent.rglob(".hwquant-*")]
-            prefix = f".hwquant-xquant-{child.pid}-" if name == "xquant" else f".hwquant-{child.pid}-{target.name}."
-            assert len(left) == 1 and left[0].startswith(prefix), (name, left)
-            assert (target / "report.json" if name == "xquant" else target).read_text() == "old", name
+    with ThreadPoolExecutor(_AT_ONCE) as pool:
+        pids = dict(zip(names, pool.map(lambda n: _kill_in_the_middle_of_writing(tmp_path, n), names)))
+    for name in names:
+        target = writers.target(name)
+        left = [p.name for p in target.parent.rglob(".hwquant-*")]
+        prefix = f".hwquant-xquant-{pids[name]}-" if name == "xquant" else f".hwquant-{pids[name]}-{target.name}."
+        assert len(left) == 1 and left[0].startswith(prefix), (name, left)
+        assert (target / "report.json" if name == "xquant" else target).read_text() == "old", name
     for name in names:
         writers.write(name)  # the same target again, in this process
         target = writers.target(name)
