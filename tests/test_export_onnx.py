@@ -360,9 +360,37 @@ def test_bad_paths(quantized, tmp_path):
         _export(q, None, PlainCNN)
 
 
-def test_a_model_not_produced_by_the_toolkit_is_refused(tmp_path):
-    with pytest.raises(ExportError, match="not produced by the toolkit"):
-        _export(_seeded(PlainCNN), tmp_path / "m.onnx", PlainCNN)
+@pytest.mark.parametrize("cls", [PlainCNN, DepthwiseResidual])
+def test_a_float_model_exports_as_a_float_file(cls, tmp_path, caplog):
+    """A model without quantizers (MCT's pruning tutorial exports its pruned, fine-tuned float model) is written
+    as the float model, as MCT does: a plain ONNX graph that ONNX Runtime runs as the model computes, its
+    metadata saying FLOAT, and one warning that the file is not quantized."""
+    model = _seeded(cls)
+    inputs = _data(cls, n=1, seed=3)[0]
+    with torch.no_grad():
+        ref = model(*inputs).numpy()
+    for name, kw in (("mctq.onnx", {}), ("fq.onnx", {"quantization_format": QF.FAKELY_QUANT})):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hwquant"):
+            path = _export(model, tmp_path / name, cls, **kw)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "not quantized" in warnings[0] and "float" in warnings[0], warnings
+        proto = onnx.load(str(path))
+        assert {p.key: p.value for p in proto.metadata_props}["quantization_format"] == "FLOAT"
+        assert not {n.op_type for n in proto.graph.node} & (MCTQ_OPS | {"QuantizeLinear", "DequantizeLinear"})
+        assert all(n.domain in ("", "ai.onnx") for n in proto.graph.node)
+        out = _run(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), inputs)[0]
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    script = _export(model, tmp_path / "m.pt", cls, serialization_format=SF.TORCHSCRIPT,
+                     quantization_format=QF.FAKELY_QUANT)
+    with torch.no_grad():
+        np.testing.assert_allclose(torch.jit.load(str(script))(*inputs).numpy(), ref, rtol=1e-6, atol=1e-6)
+    assert model.training is False and not quantizers_of(model)  # the model itself is left as it was
+
+
+def test_a_float_model_is_refused_where_a_float_file_makes_no_sense(tmp_path):
+    with pytest.raises(ExportError, match="not quantized.*INT8 file needs a quantized model.*MCTQ or FAKELY_QUANT"):
+        _export(_seeded(PlainCNN), tmp_path / "m.onnx", PlainCNN, quantization_format=QF.INT8)
     with pytest.raises(ExportError, match="torch.nn.Module quantized by hwquant"):
         _export("model.onnx", tmp_path / "m.onnx", PlainCNN)
     assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,8 @@ module is framework-free; the public namespaces resolve framework names lazily (
 no framework, a missing framework is said with the extra to install); no import cycle anywhere."""
 import ast
 import graphlib
+import importlib.util
+import json
 import pathlib
 import subprocess
 import sys
@@ -115,16 +117,25 @@ def test_importing_hwquant_loads_no_onnx():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
 
 
-_WITHOUT = textwrap.dedent("""
-    import sys
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in {blocked!r}:
-                raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-    sys.meta_path.insert(0, Block())
+_BLOCK = """
+import importlib.util, sys
+class Block:  # the blocked packages are not installed, as far as this process can tell
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Block())
+_find_spec = importlib.util.find_spec
+def find_spec(name, package=None):  # (mct-quantizers asks whether a framework is installed this way)
+    return None if name.split(".")[0] in {blocked!r} else _find_spec(name, package)
+importlib.util.find_spec = find_spec
+"""
+
+_WITHOUT = _BLOCK + textwrap.dedent("""
     import hwquant as mct
+    name = {expr}
+    assert hasattr(eval("{parent}"), "{leaf}")
     try:
-        {expr}
+        name()
     except ImportError as e:
         print(type(e).__name__, "|", e)
 """)
@@ -137,12 +148,128 @@ _WITHOUT = textwrap.dedent("""
     (("torch",), "mct.trainable_infrastructure.BasePytorchTrainableQuantizer", "torch"),
     (("keras", "tensorflow"), "mct.ptq.keras_post_training_quantization", "keras"),
     (("keras", "tensorflow"), "mct.core.keras_resource_utilization_data", "keras"),
+    (("keras", "tensorflow"), "mct.keras_load_quantized_model", "keras"),
 ])
-def test_a_missing_framework_names_the_extra(blocked, expr, extra):
-    out = subprocess.run([sys.executable, "-c", _WITHOUT.format(blocked=blocked, expr=expr)], capture_output=True,
-                         text=True, check=True).stdout.strip()
+def test_a_missing_framework_names_the_extra_when_called(blocked, expr, extra):
+    parent, _, leaf = expr.rpartition(".")
+    code = _WITHOUT.format(blocked=blocked, expr=expr, parent=parent, leaf=leaf)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out.startswith("MissingFrameworkError |"), out
     assert f'pip install "hwquant[{extra}]"' in out and expr.replace("mct.", "hwquant.") in out
+
+
+_EVERY_TABLE = _BLOCK + textwrap.dedent("""
+    import importlib, json, pkgutil
+    import hwquant
+    from hwquant import lazy
+    for found in pkgutil.walk_packages(hwquant.__path__, "hwquant."):  # every namespace and its table
+        if not found.name.startswith(("hwquant.torch", "hwquant.keras", "hwquant.cli", "hwquant.__main__")):
+            importlib.import_module(found.name)
+    rows = []
+    for namespace, table in sorted(lazy.TABLES.items()):
+        module = importlib.import_module(namespace)
+        for name, defined_in in sorted(table.items()):
+            obj = getattr(module, name)
+            row = dict(namespace=namespace, name=name, defined_in=defined_in, has=hasattr(module, name),
+                       stand_in=lazy.is_stand_in(obj), callable=callable(obj), same=getattr(module, name) is obj,
+                       own_name=getattr(obj, "__name__", None), doc=getattr(obj, "__doc__", None) or "")
+            if row["stand_in"]:
+                try:
+                    obj()
+                except lazy.MissingFrameworkError as e:
+                    row["error"] = str(e)
+            rows.append(row)
+    print(json.dumps(rows))
+""")
+
+
+def _every_public_name(blocked):
+    out = subprocess.run([sys.executable, "-c", _EVERY_TABLE.format(blocked=blocked)], capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("blocked, package, extra", [(("torch",), "hwquant.torch", "torch"),
+                                                     (("keras", "tensorflow"), "hwquant.keras", "keras")])
+def test_every_public_name_resolves_without_its_framework(blocked, package, extra):
+    """Without a framework, each of its public names (every lazy table) still resolves, as MCT's do in a
+    one-framework install: a stand-in of the same name, documented, whose call names the extra."""
+    rows = _every_public_name(blocked)
+    assert len(rows) > 70 and all(r["has"] and r["same"] and r["callable"] for r in rows)
+    mine = [r for r in rows if r["defined_in"].startswith(package + ".")]
+    assert len(mine) > 15
+    for r in mine:
+        where = f"{r['namespace']}.{r['name']}"
+        assert r["stand_in"] and r["own_name"] == r["name"], where
+        assert f'pip install "hwquant[{extra}]"' in r["doc"], where
+        assert r["error"].startswith(f"{where} needs ") and f'pip install "hwquant[{extra}]"' in r["error"], where
+    # the framework-free names are themselves (the Keras ones need torch on Keras' torch backend)
+    assert not any(r["stand_in"] for r in rows if not r["defined_in"].startswith(("hwquant.torch.", "hwquant.keras.")))
+    if extra == "keras" and importlib.util.find_spec("torch") is not None:  # a torch-only install: the real ones
+        assert not any(r["stand_in"] for r in rows if r["defined_in"].startswith("hwquant.torch."))
+    if extra == "torch" and importlib.util.find_spec("tensorflow") is not None:  # a Keras-only install (TensorFlow)
+        assert not any(r["stand_in"] for r in rows if r["defined_in"].startswith("hwquant.keras."))
+
+
+_MCT_MODULE = _BLOCK + textwrap.dedent("""
+    import hwquant.mct_alias
+    hwquant.mct_alias.enable()
+    import model_compression_toolkit as mct
+    from model_compression_toolkit.ptq import keras_post_training_quantization, pytorch_post_training_quantization
+    from model_compression_toolkit.gptq import get_keras_gptq_config, get_pytorch_gptq_config
+    from model_compression_toolkit.exporter import keras_export_model, pytorch_export_model
+    from model_compression_toolkit.trainable_infrastructure import BaseKerasTrainableQuantizer
+    import hwquant
+    names = ["ptq.keras_post_training_quantization", "exporter.keras_export_model",
+             "gptq.keras_gradient_post_training_quantization", "gptq.get_keras_gptq_config",
+             "core.keras_resource_utilization_data", "qat.keras_quantization_aware_training_init_experimental",
+             "qat.keras_quantization_aware_training_finalize_experimental", "pruning.keras_pruning_experimental",
+             "data_generation.get_keras_data_generation_config", "data_generation.keras_data_generation_experimental",
+             "xquant.xquant_report_keras_experimental", "xquant.xquant_report_troubleshoot_keras_experimental",
+             "keras_load_quantized_model", "exporter.is_keras_layer_exportable",
+             "trainable_infrastructure.BaseKerasTrainableQuantizer"]
+    def get(root, path):
+        for part in path.split("."):
+            root = getattr(root, part)
+        return root
+    assert all(get(mct, n) is get(hwquant, n) for n in names)
+    assert hasattr(mct.ptq, "keras_post_training_quantization") and hasattr(mct.ptq, "pytorch_post_training_quantization")
+    class MyQuantizer(BaseKerasTrainableQuantizer):  # subclassing at import time works, as in MCT
+        pass
+    try:
+        get_keras_gptq_config(n_epochs=5)
+    except ImportError as e:
+        print(type(e).__name__, "|", e)
+""")
+
+
+def test_a_module_importing_both_frameworks_names_imports_with_one():
+    """MCT user code that imports the names of both frameworks imports fine with Keras missing, through
+    the model_compression_toolkit alias too; the call of a Keras name says which extra to install."""
+    out = subprocess.run([sys.executable, "-c", _MCT_MODULE.format(blocked=("keras", "tensorflow"))],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().startswith("MissingFrameworkError | hwquant.gptq.get_keras_gptq_config needs keras")
+    assert 'pip install "hwquant[keras]"' in out.stdout
+
+
+def test_a_stand_in_class_is_a_class():
+    from hwquant import lazy
+    cls = lazy.stand_in("hwquant.example", "ExampleQuantizer", "torch")
+    assert isinstance(cls, type) and cls.__name__ == "ExampleQuantizer" and cls is lazy.stand_in(
+        "hwquant.example", "ExampleQuantizer", "torch")
+
+    class Mine(cls):
+        pass
+    with pytest.raises(lazy.MissingFrameworkError, match=r'hwquant.example.ExampleQuantizer needs torch.*hwquant\[torch\]'):
+        Mine()
+    error = lazy.stand_in("hwquant.example", "ExampleError", "keras")
+    assert issubclass(error, Exception)
+    with pytest.raises(ValueError):  # usable in an except clause
+        try:
+            raise ValueError
+        except error:
+            pass
 
 
 def test_unknown_public_name_is_an_attribute_error():

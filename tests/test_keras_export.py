@@ -152,9 +152,47 @@ def test_bad_exports_are_refused_before_writing(quantized, tmp_path, kwargs, mat
     assert not list(tmp_path.iterdir())
 
 
-def test_a_float_model_is_refused(tmp_path):
-    with pytest.raises(ExportError, match="holds no hwquant quantization layers"):
-        mct.exporter.keras_export_model(_net(), tmp_path / "f.keras")
+def test_a_float_model_exports_as_a_float_file(tmp_path, caplog):
+    """A model without quantization layers (a pruned, fine-tuned float model) is written as the float model,
+    as MCT does: .keras (either format), ONNX, and TFLite (fake-quant, on TensorFlow), with one warning each
+    that the file is not quantized; INT8 TFLite needs a quantized model and is refused."""
+    import logging
+
+    model, x = _net(), _batches()[1]
+    ref = _out(model, x)
+    for name, kw in (("f.keras", {}), ("fq.keras", {"quantization_format": QF.FAKELY_QUANT})):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hwquant"):
+            path = mct.exporter.keras_export_model(model, tmp_path / name, **kw)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "not quantized" in warnings[0] and "float" in warnings[0], warnings
+        for loaded in (keras.models.load_model(path), mct.keras_load_quantized_model(path)):
+            assert not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder))
+                           for layer in loaded.layers)
+            np.testing.assert_allclose(_out(loaded, x), ref, rtol=1e-6, atol=1e-6)
+    if keras.backend.backend() == "tensorflow":
+        pytest.importorskip("tf2onnx")
+    ort = pytest.importorskip("onnxruntime")
+    path = mct.exporter.keras_export_model(model, tmp_path / "f.onnx", serialization_format=KSF.ONNX,
+                                           quantization_format=QF.FAKELY_QUANT)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(session.run(None, {session.get_inputs()[0].name: x})[0], ref, rtol=1e-5, atol=1e-5)
+    assert "Round" not in {node.op_type for node in __import__("onnx").load(str(path)).graph.node}  # no quantizer
+    with pytest.raises(ExportError, match="not quantized.*INT8 TFLite file needs a quantized model.*FAKELY_QUANT"):
+        mct.exporter.keras_export_model(model, tmp_path / "f.tflite", serialization_format=KSF.TFLITE,
+                                        quantization_format=QF.INT8)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.keras", "f.onnx", "fq.keras"]
+    if keras.backend.backend() == "tensorflow":
+        litert = pytest.importorskip("ai_edge_litert.interpreter")
+        path = mct.exporter.keras_export_model(model, tmp_path / "f.tflite", serialization_format=KSF.TFLITE,
+                                               quantization_format=QF.FAKELY_QUANT)
+        interpreter = litert.Interpreter(model_path=str(path))
+        interpreter.resize_tensor_input(interpreter.get_input_details()[0]["index"], x.shape)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+        interpreter.invoke()
+        np.testing.assert_allclose(interpreter.get_tensor(interpreter.get_output_details()[0]["index"]), ref,
+                                   rtol=1e-4, atol=1e-4)
 
 
 def test_a_file_saved_on_the_torch_backend_loads_on_any_backend():

@@ -77,3 +77,22 @@ def test_attribute_filter_takes_an_op():
         AttributeFilter("min_val", 0)
     with pytest.raises(ValueError, match="op must be a function"):
         AttributeFilter("min_val", 0, "==")
+
+
+def test_current_schema_names_its_version_module():
+    """MCT's mct_current_schema imports the current version's module as `schema`; code reaches the classes
+    through it (`mct_current_schema.schema.TargetPlatformCapabilities`)."""
+    import importlib
+
+    current = mct.target_platform_capabilities.schema.mct_current_schema
+    v2 = importlib.import_module("hwquant.target_platform_capabilities.schema.v2")
+    assert current.schema is v2 and current.schema.SCHEMA_VERSION == 2
+    for name in ("TargetPlatformCapabilities", "OperatorsSet", "OperatorSetGroup", "Fusing", "OpQuantizationConfig",
+                 "QuantizationConfigOptions", "AttributeQuantizationConfig", "OperatorSetNames", "Signedness"):
+        assert getattr(current.schema, name) is getattr(current, name), name
+    assert current.schema.TargetPlatformCapabilities is TargetPlatformCapabilities
+    base = mct.get_target_platform_capabilities()
+    tpc = current.schema.TargetPlatformCapabilities(default_qco=base.default_qco, operator_set=list(base.operator_set))
+    assert tpc.SCHEMA_VERSION == 2
+    v1 = importlib.import_module("hwquant.target_platform_capabilities.schema.v1")
+    assert all(hasattr(v1, name) for name in v1.__all__)  # (star imports of v1 still work)

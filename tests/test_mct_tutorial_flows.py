@@ -227,9 +227,10 @@ def test_export_and_onnx_runtime_inference(mse_model, representative_data_gen, b
         assert torch.equal(loaded(batches[0]), mse_model(batches[0]))
 
 
-def test_structured_pruning_then_ptq(float_model, representative_data_gen, batches):
+def test_structured_pruning_then_ptq(float_model, representative_data_gen, batches, tmp_path):
     """MCT's pruning flow (its facade's documented example): half the float32 weights memory, one score
-    approximation, then PTQ of the pruned model."""
+    approximation, the pruned float model exported as the structured-pruning tutorial does (a float ONNX
+    file), then PTQ of the pruned model."""
     dense_nparams = sum(p.numel() for p in float_model.parameters())
     target_resource_utilization = mct.core.ResourceUtilization(weights_memory=dense_nparams * 4 * 0.5)
     pruning_config = mct.pruning.PruningConfig(num_score_approximations=1)
@@ -243,6 +244,13 @@ def test_structured_pruning_then_ptq(float_model, representative_data_gen, batch
     assert any(m.sum() < len(m) for m in pruning_info.pruning_masks.values())
     with torch.no_grad():
         assert pruned_model(batches[0]).shape == float_model(batches[0]).shape
+    ort = pytest.importorskip("onnxruntime")
+    path = tmp_path / "qmodel.onnx"
+    mct.exporter.pytorch_export_model(pruned_model, save_model_path=str(path), repr_dataset=representative_data_gen)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    out = sess.run(None, {sess.get_inputs()[0].name: batches[0].numpy()})[0]
+    with torch.no_grad():
+        np.testing.assert_allclose(out, pruned_model(batches[0]).numpy(), rtol=1e-4, atol=1e-4)
     quantized, _ = _ptq(pruned_model, representative_data_gen)
     with torch.no_grad():
         assert torch.isfinite(quantized(batches[0])).all()

@@ -90,3 +90,47 @@ def test_a_parameter_of_another_mode_is_ignored_with_a_warning(tmp_path, caplog)
     with caplog.at_level(logging.WARNING):
         ok, _ = _run(tmp_path, param_items=[["n_epochs", 3]])
     assert ok and "'n_epochs' is not used by method='PTQ'" in caplog.text
+
+
+def test_other_releases_spellings_use_internal_tpc_and_method_first(tmp_path):
+    """MCT releases whose call is quantize_and_export(model, data, method, framework, use_internal_tpc=...,
+    ...) with edge-mdt-tpc's `tpc_version`: read as meant (the edge-mdt-tpc IMX500 versions ship with hwquant)."""
+    from hwquant.torch.metadata import read_metadata
+    params = [["tpc_version", "4.0"], ["save_model_path", str(tmp_path / "q.onnx")]]
+    ok, q = mct.wrapper.MCTWrapper().quantize_and_export(seeded_net(), _data(), "PTQ", "pytorch",
+                                                         use_internal_tpc=False, param_items=params)
+    assert ok and read_metadata(q)["tpc_minor_version"] == "4" and (tmp_path / "q.onnx").is_file()
+
+
+def test_the_tpc_each_spelling_chooses(caplog):
+    from hwquant.wrapper.mct_wrapper import _parameters, _tpc
+
+    def tpc(items=(), internal=True, framework="pytorch"):
+        return _tpc(_parameters(("PTQ", False), [list(i) for i in items], framework, internal), framework, internal)
+    get = mct.get_target_platform_capabilities
+    assert tpc() == mct.get_target_platform_capabilities_sdsp("3.14") == get("1.0")
+    assert tpc([("sdsp_version", "3.17")]) == get("5.0")
+    assert tpc([("target_platform_version", "v1_lut")]) == get("1.0_lut")  # MCT's older name of the version
+    assert tpc([("target_platform_version", "v1")], framework="tensorflow") == get("1.0")
+    assert tpc(internal=False) == get("5.0")  # edge-mdt-tpc's default version, as MCT's wrapper
+    assert tpc([("tpc_version", "4.1")], internal=False) == get("4.1")
+    with caplog.at_level(logging.WARNING):
+        assert tpc([("tpc_version", "4.0")]) == get("1.0")
+        assert tpc([("sdsp_version", "3.16")], internal=False) == get("5.0")
+        assert _parameters(("GPTQ", True), [["learning_rate", 0.01], ["converter_ver", "v3.16"]])
+    assert "'tpc_version' is not used with use_internal_tpc=True" in caplog.text
+    assert "'sdsp_version' is not used with use_internal_tpc=False" in caplog.text
+    assert "'learning_rate' is not used by method='GPTQ'" in caplog.text
+    assert "'converter_ver' is not used" in caplog.text
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(use_internal_tpc=False, param_items=[["tpc_version", "9.0"]]), "tpc_version='9.0'.*edge-mdt-tpc.*available"),
+    (dict(param_items=[["sdsp_version", "3.16"], ["target_platform_version", "v1"]]), "give one"),
+    (dict(param_items=[["target_platform_version", "v7"]]), "TPC version 'v7' is not available"),
+    (dict(use_internal_tpc="no"), "use_internal_tpc must be True or False"),
+])
+def test_bad_tpc_spellings_are_refused(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        _run(tmp_path, **kwargs)
+    assert not list(tmp_path.iterdir())

@@ -10,10 +10,13 @@
                           (`interpreter.resize_tensor_input` runs any batch), or fixed with `batch_size=n`
     ONNX + FAKELY_QUANT   Keras' own ONNX export (torch.onnx on the torch backend, tf2onnx on TensorFlow):
                           the quantizers as the float operations they compute (Div, Round, Clip, Mul)
+A model without hwquant's quantization layers (a float model, e.g. pruned and fine-tuned) is written as the
+float model, as MCT does, in every format but TFLITE + INT8 (which needs a quantized model), with a warning.
 Files are written whole or not at all.
 """
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,6 +33,7 @@ from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQua
 
 SUPPORTED = {KSF.KERAS: (QF.MCTQ, QF.FAKELY_QUANT), KSF.TFLITE: (QF.FAKELY_QUANT, QF.INT8), KSF.ONNX: (QF.FAKELY_QUANT,)}
 SUFFIX = {KSF.KERAS: ".keras", KSF.TFLITE: ".tflite", KSF.ONNX: ".onnx"}
+log = logging.getLogger("hwquant.exporter")
 
 
 def is_keras_layer_exportable(layer: Any) -> bool:
@@ -84,9 +88,13 @@ def _export(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[C
                           + (" (or serialization_format=TFLITE for a fully integer file)" if quantization == QF.INT8 else ""))
     if not isinstance(model, keras.Model):
         raise ExportError(f"model must be a keras.Model quantized by hwquant, got {type(model).__name__}")
-    if not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder)) for layer in model.layers):
-        raise ExportError(f"the model '{model.name}' holds no hwquant quantization layers: quantize it first with "
-                          "mct.ptq.keras_post_training_quantization and export the model that returns")
+    is_float = not any(isinstance(layer, (KerasQuantizationWrapper, KerasActivationQuantizationHolder))
+                       for layer in model.layers)
+    if is_float and quantization == QF.INT8:
+        raise ExportError(f"the model '{model.name}' holds no hwquant quantization layers (it is not quantized): an "
+                          "INT8 TFLite file needs a quantized model; quantize it first with "
+                          "mct.ptq.keras_post_training_quantization, or export it as a float file with "
+                          "quantization_format=FAKELY_QUANT")
     refused = [layer.name for layer in model.layers if (is_layer_exportable_fn or is_keras_layer_exportable)(layer) is False]
     if refused:
         raise ExportError(f"is_layer_exportable_fn refused the layers {refused[:8]}; nothing was written")
@@ -98,8 +106,19 @@ def _export(model: Any, save_model_path: Any, is_layer_exportable_fn: Optional[C
     if path.suffix != suffix:
         raise ExportError(f"{serialization.name} export writes '{suffix}' files: give save_model_path a '{suffix}' name, "
                           f"not '{path.name}'")
+    written = _write(model, path, serialization, quantization, batch_size, is_float)
+    if is_float:
+        log.warning("the model '%s' holds no hwquant quantization layers: it is not quantized, and the %s file "
+                    "written to %s is float (quantize it first with mct.ptq.keras_post_training_quantization for a "
+                    "quantized file)", model.name, serialization.name, path)
+    return written
+
+
+def _write(model: Any, path: Path, serialization: Any, quantization: Any, batch_size: Optional[int],
+           is_float: bool) -> Path:
     if serialization == KSF.KERAS:
-        write_through_temporary(path, (model if quantization == QF.MCTQ else _without_wrappers(model)).save)
+        as_is = quantization == QF.MCTQ or is_float  # (a float model has no wrappers to take off)
+        write_through_temporary(path, (model if as_is else _without_wrappers(model)).save)
         return path
     if serialization == KSF.ONNX:
         write_through_temporary(path, lambda tmp: _export_onnx(model, tmp))

@@ -19,6 +19,7 @@ from hwquant.fileio import atomic_write
 
 log = logging.getLogger("hwquant.exporter")
 METADATA_FILE = "hwquant_metadata.json"  # TorchScript archive entry
+FLOAT_FORMAT = "FLOAT"  # the metadata's quantization_format of a model exported without quantizers
 
 
 def _check_path(path: Any, suffixes: tuple) -> Path:
@@ -56,9 +57,14 @@ def _example(model: Any, batch: list) -> list:
                       "representative data the model was quantized with") from error
 
 
-def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat) -> Dict[str, Any]:
+def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat,
+              is_float: bool = False) -> Dict[str, Any]:
     from hwquant.torch.metadata import read_metadata
+    from hwquant.version import __version__
 
+    if is_float:  # a model without quantizers: the file says it is float
+        return {**(read_metadata(model) or {"hwquant_version": __version__}), "quantization_format": FLOAT_FORMAT,
+                "serialization_format": serialization.name}
     return {**(read_metadata(model) or {}), "quantization_format": quantization.name,
             "serialization_format": serialization.name}
 
@@ -73,7 +79,9 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     """Export a model quantized by hwquant (MCT's signature).
 
     Args:
-        model: the quantized model returned by a hwquant facade (PTQ, GPTQ, QAT finalize).
+        model: the quantized model returned by a hwquant facade (PTQ, GPTQ, QAT finalize). A model without
+            quantizers (a float model, e.g. pruned and fine-tuned) is written as a float file, as MCT does, with
+            a warning; its metadata says quantization_format FLOAT. INT8 needs a quantized model.
         save_model_path: the file to write (.onnx or .pt); its folder must exist.
         repr_dataset: zero-argument callable yielding lists of input batches (the first batch traces the model).
         is_layer_exportable_fn: called on each top-level layer before anything is traced; a layer it
@@ -109,10 +117,12 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     if not isinstance(model, torch.nn.Module):
         raise ExportError(f"model must be a torch.nn.Module quantized by hwquant, got {type(model).__name__}")
     quantizers = quantizers_of(model)
-    if not quantizers:
-        raise ExportError(f"the {type(model).__name__} model holds no hwquant quantizers: it was not produced by the "
-                          "toolkit; quantize it first with mct.ptq.pytorch_post_training_quantization (or GPTQ / "
-                          "QAT finalize) and export the model that returns")
+    is_float = not quantizers
+    if is_float and quantization == QuantizationFormat.INT8:
+        raise ExportError(f"the {type(model).__name__} model holds no hwquant quantizers (it is not quantized): an INT8 "
+                          "file needs a quantized model; quantize it first with mct.ptq.pytorch_post_training_quantization"
+                          " (or GPTQ / QAT finalize), or export it as a float file with quantization_format=MCTQ or "
+                          "FAKELY_QUANT")
     refused = [name for name, layer in model.named_children()
                if (is_layer_exportable_fn or is_pytorch_layer_exportable)(layer) is False]
     if refused:
@@ -136,9 +146,9 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     path = _check_path(save_model_path, (".onnx",) if onnx_out else (".pt", ".pth", ".torchscript"))
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     example = _example(model, RepresentativeData(repr_dataset, device=device, model=model).first_batch())
-    meta = _metadata(model, quantization, serialization)
+    meta = _metadata(model, quantization, serialization, is_float)
     if onnx_out:
-        data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta, output_names)
+        data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta, output_names, is_float)
     else:
         from hwquant.torch.export_model import to_torchscript
 
@@ -147,8 +157,12 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
         atomic_write(path, data)
     except OSError as e:  # a read-only folder or file system, a full disk: nothing was left behind
         raise ExportError(f"cannot write '{path}': {e.strerror or e}; choose a writable folder") from e
-    log.info("exported %s (%s, %s) to %s: %.1f KiB", type(model).__name__, serialization.name, quantization.name,
-             path, len(data) / 1024)
+    if is_float:
+        log.warning("the %s model holds no hwquant quantizers: it is not quantized, and the %s file written to %s is "
+                    "float (quantize it first, e.g. with mct.ptq.pytorch_post_training_quantization, for a quantized "
+                    "file)", type(model).__name__, serialization.name, path)
+    log.info("exported %s (%s, %s) to %s: %.1f KiB", type(model).__name__, serialization.name,
+             FLOAT_FORMAT if is_float else quantization.name, path, len(data) / 1024)
     return path
 
 
@@ -164,7 +178,7 @@ def _check_imx500(proto: Any, meta: Dict[str, Any]) -> None:
 
 
 def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, opset: Optional[int],
-                meta: Dict[str, Any], output_names: Optional[List[str]]) -> bytes:
+                meta: Dict[str, Any], output_names: Optional[List[str]], is_float: bool = False) -> bytes:
     import onnx
 
     from hwquant.exporter.imx500 import GELU_OPSET, uses_erf
@@ -172,13 +186,15 @@ def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, ops
     from hwquant.exporter.onnx_lowering import lower_markers_to_mctq, lower_markers_to_qdq
     from hwquant.torch.export_model import to_onnx
 
-    mctq = quantization == QuantizationFormat.MCTQ
+    mctq = quantization == QuantizationFormat.MCTQ and not is_float  # (a float model: the plain float graph)
     proto = to_onnx(model, example, opset or DEFAULT_ONNX_OPSET_VERSION, imx500_forms=mctq, output_names=output_names)
     if mctq and opset is None and uses_erf(proto) and DEFAULT_ONNX_OPSET_VERSION < GELU_OPSET:
         log.info("the model has GELU: exporting MCTQ at opset %d, where GELU is the one Gelu operator the IMX500 "
                  "converter takes (below it, Erf)", GELU_OPSET)
         proto = to_onnx(model, example, GELU_OPSET, imx500_forms=True, output_names=output_names)
-    if mctq:
+    if is_float:
+        pass  # no quantizer markers to lower
+    elif mctq:
         lower_markers_to_mctq(proto)
         _check_imx500(proto, meta)
     else:
