@@ -24,10 +24,12 @@ def _make_candidate(node: Node, op: OpQuantizationConfig, core_config: CoreConfi
                     matrix_kernel: Optional[AttributeQuantizationConfig] = None) -> NodeQuantizationConfig:
     qc = core_config.quantization_config
     activation = ActivationQuantizationConfig.from_tpc(op, qc)
-    if node.kind == NodeKind.CONSTANT or not isinstance(node.output_shape, tuple) or not node.float_output:
+    if node.kind == NodeKind.CONSTANT or not isinstance(node.output_shape, tuple) or not node.float_output \
+            or node.opaque:
         # Constants stay float (simplification); a non-tensor output (a size, a tuple taken apart by
         # getitem nodes, which are quantized themselves) has nothing to quantize, nor has an integer
-        # or boolean tensor (token ids, attention masks, indices: quantizing them breaks their readers).
+        # or boolean tensor (token ids, attention masks, indices: quantizing them breaks their readers),
+        # nor a custom operator kept whole (boxes, scores, labels, counts its readers expect float).
         activation.enable_activation_quantization = False
     axes = adapter.kernel_axes(node)
     kernel = adapter.kernel_attr(node)
@@ -35,7 +37,7 @@ def _make_candidate(node: Node, op: OpQuantizationConfig, core_config: CoreConfi
                                             weights_bias_correction=qc.weights_bias_correction,
                                             weights_second_moment_correction=qc.weights_second_moment_correction)
     for attr in node.weights:
-        if attr not in op.attr_weights_configs_mapping:
+        if attr not in op.attr_weights_configs_mapping or node.opaque:
             continue  # running statistics and other unmapped tensors are not weights to quantize
         axis = axes[0] if axes is not None and attr == kernel else None
         weights.attrs[attr] = WeightsAttrQuantizationConfig.from_tpc(op.attr_weights_configs_mapping[attr], qc, axis)
@@ -80,6 +82,8 @@ def assign_candidates(graph: Graph, fqc: Any, core_config: CoreConfig, adapter: 
         # an output of a layer that returns several (a GRU's sequence, its state), read by something
         if producer is not None and (graph.successors(node) or graph.is_output(node)):
             node.candidates = [_make_candidate(node, c.op_config, core_config, adapter) for c in producer.candidates]
+            if producer.opaque:  # (an NMS layer's boxes and scores stay as it returns them)
+                disable_activation_quantization(node)
     output_method = core_config.quantization_config.output_activation_error_method
     if output_method is not None:
         for node in _output_producers(graph):
@@ -148,8 +152,8 @@ def _runs_in_float(node: Node, adapter: FrameworkAdapter) -> bool:
     are matrices of products (an LSTM / GRU: run on the host in float arithmetic, with float weights, or
     8-bit ones where quantize_recurrent_and_embedding_weights lends them the fully-connected kernel config,
     as TFLite's dynamic-range LSTM runs them)."""
-    if node.kind != NodeKind.MODULE or not node.weights or not node.candidates:
-        return False
+    if node.kind != NodeKind.MODULE or not node.weights or not node.candidates or node.opaque:
+        return False  # (a custom operator takes its inputs as the layers before it quantize them)
     if node.opset is None and adapter.matrix_weights(node):
         return True
     return all(not c.activation_quantization_cfg.quantized

@@ -4,7 +4,8 @@ After PTQ every layer with float weights is either quantized (some weight attrib
 config is) or listed here with the reason, which the run logs once and returns to the user
 (`UserInformation.float_layers`): a layer no operator set of the TPC lists, an operator set that
 maps none of its weights or keeps them float, the user's own edits, a batch norm that could not be
-folded. Nothing is left float without a word.
+folded; and every custom operator kept whole (Sony's NMS layers), weights or not. Nothing is left
+float without a word.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import numpy as np
 from hwquant.core.graph import Graph, Node, NodeKind
 
 log = logging.getLogger("hwquant.float_layers")
+KEPT_WHOLE = ("a custom operator kept whole (its inputs are quantized as the layers before it quantize them; it and "
+              "its outputs are not)")
 
 
 def _type_name(node: Node) -> str:
@@ -62,9 +65,12 @@ def _reason(node: Node, adapter: Any, quantize_matrices: bool) -> str:
 
 def layers_left_float(graph: Graph, adapter: Any, quantize_matrices: bool = True) -> Dict[str, str]:
     """{node name: why it stays float} for every layer (or function with constant weights) that carries
-    float weights none of which its final config quantizes."""
+    float weights none of which its final config quantizes, and every custom operator kept whole."""
     found: Dict[str, str] = {}
     for node in graph:
+        if node.opaque:
+            found[node.name] = f"{_type_name(node)}: {KEPT_WHOLE}"
+            continue
         if node.kind not in (NodeKind.MODULE, NodeKind.FUNCTION) or not _float_weights(node):
             continue
         if _quantizes_weights(node.final_config):
@@ -81,5 +87,7 @@ def log_layers_left_float(found: Dict[str, str]) -> None:
     for name, why in found.items():
         by_reason.setdefault(why, []).append(name)
     lines = [f"  {why}: {', '.join(names)}" for why, names in by_reason.items()]
-    log.warning("%d layer(s) with weights left float (UserInformation.float_layers lists them):\n%s",
-                len(found), "\n".join(lines))
+    opaque = sum(why.endswith(KEPT_WHOLE) for why in found.values())
+    what = "with weights" if not opaque else "kept whole" if opaque == len(found) else "with weights or kept whole"
+    log.warning("%d layer(s) %s left float (UserInformation.float_layers lists them):\n%s",
+                len(found), what, "\n".join(lines))

@@ -51,6 +51,9 @@ class Node:
     # False for an integer or boolean tensor output (token ids, masks, indices): never quantized.
     float_output: bool = True
     module_path: str = ""             # where it came from in the user's model (for messages, scope filters)
+    # A framework's custom operator kept whole (Sony's edge-mdt-cl NMS / box decoding layers): neither it
+    # nor the tensors it returns are quantized; the pipeline runs it as it is.
+    opaque: bool = False
     # Quantization, filled by the pipeline.
     opset: Optional[str] = None       # the TPC operator set it belongs to (None: TPC defaults)
     candidates: list = field(default_factory=list)   # NodeQuantizationConfig options

@@ -15,6 +15,7 @@ from hwquant.tpc.attachment import FrameworkQuantizationCapabilities, attach_wit
 from hwquant.tpc.enums import OperatorSetNames as N
 from hwquant.tpc.layer_filters import Eq, LayerFilterParams
 from hwquant.tpc.schema import TargetPlatformCapabilities
+from hwquant.torch.custom_layers import EdgeMdtNMSFilter
 
 T = torch.Tensor
 
@@ -75,7 +76,7 @@ OPSET_TO_LAYERS: Dict[str, List[Any]] = {
     N.CAST: [T.type, T.to, T.float],
     N.STRIDED_SLICE: [],
     N.SSD_POST_PROCESS: [],
-    N.COMBINED_NON_MAX_SUPPRESSION: [],
+    N.COMBINED_NON_MAX_SUPPRESSION: [EdgeMdtNMSFilter()],  # Sony's edge-mdt-cl NMS layers
     N.EXP: [torch.exp, T.exp],
     N.SIN: [torch.sin, T.sin],
     N.COS: [torch.cos, T.cos],

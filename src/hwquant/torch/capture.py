@@ -25,6 +25,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.core.graph import Graph
 from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
+from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.torch.export_capture import capture_with_export
 from hwquant.torch.functional_layers import functional_calls_to_layers
 from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx, source_line
@@ -166,6 +167,9 @@ class _ThisThreadTracer(fx.Tracer):
         if threading.get_ident() != self._thread:
             return forward(*args, **kwargs)
         return super().call_module(m, forward, args, kwargs)
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        return is_custom_layer(m) or super().is_leaf_module(m, module_qualified_name)  # Sony's NMS layers: whole
 
     def getattr(self, attr, attr_val, parameter_proxy_cache):
         if threading.get_ident() != self._thread:

@@ -39,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from hwquant.core.graph import Graph, NodeKind
+from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers
 from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, frozen_layer, functionalize_in_place_ops,
@@ -91,9 +92,10 @@ _IN_PLACE_OPERATORS = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_
 
 
 def _is_leaf_layer(module: nn.Module) -> bool:
-    """A standard torch layer, recorded whole (torch.fx's default leaves: torch.nn but its containers)."""
+    """A standard torch layer, recorded whole (torch.fx's default leaves: torch.nn but its containers), or one of
+    Sony's edge-mdt-cl layers (custom_layers.py)."""
     return type(module).__module__.startswith(("torch.nn", "torch.ao.nn")) and not isinstance(
-        module, (nn.Sequential, nn.ModuleList, nn.ModuleDict))
+        module, (nn.Sequential, nn.ModuleList, nn.ModuleDict)) or is_custom_layer(module)
 
 
 def _function_name(func: Callable) -> str:
@@ -184,6 +186,9 @@ class _Tracer(TorchFunctionMode):
                       + list(model.named_buffers(remove_duplicate=False))}
         self.leaf_depth = 0
         self.scopes: List[Tuple[str, str]] = [("", type(model).__name__)]
+        # the named tuples Sony's custom layers returned (NMSResults) by id -> (the tuple, its value index): returned
+        # whole by the model, the graph returns the layer's own result, of its own type
+        self.named_tuples: Dict[int, Tuple[Any, int]] = {}
 
     # ---- values ------------------------------------------------------------------------------
     def new_value(self, tensor: torch.Tensor) -> int:
@@ -341,7 +346,11 @@ def _wrap_modules(model: nn.Module, tracer: _Tracer) -> Callable[[], None]:
             if not tracer._has_tensor(result):
                 raise tracer.error(f"calls layer '{__path}' ({type(__module).__name__}), which returns no tensor",
                                    "call the layer where its output is a tensor")
-            return tracer.record("call_module", __path, args, kwargs, result)
+            at = len(tracer.trace.records)
+            recorded = tracer.record("call_module", __path, args, kwargs, result)
+            if is_custom_layer(__module) and hasattr(result, "_fields"):
+                tracer.named_tuples[id(result)] = (result, tracer.trace.records[at].output)
+            return recorded
 
         module.forward = wrapped
         restore.append((module, had_own, original))
@@ -372,6 +381,8 @@ def _trace(model: nn.Module, inputs: Sequence[torch.Tensor]) -> _Trace:
     def output(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return tracer.argument(value)
+        if tracer.named_tuples.get(id(value), (None,))[0] is value:
+            return _Ref(tracer.named_tuples[id(value)][1])
         if isinstance(value, (list, tuple)):
             return type(value)(output(v) for v in value) if type(value) in (list, tuple) else tuple(
                 output(v) for v in value)

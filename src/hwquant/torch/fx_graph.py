@@ -11,6 +11,7 @@ import torch
 import torch.fx as fx
 
 from hwquant.core.graph import Graph, InputRef, Node, NodeKind, map_nested
+from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.errors import HwquantError
 
 
@@ -97,7 +98,8 @@ def graph_from_fx(gm: fx.GraphModule, name: str) -> Graph:
             if n.op == "call_module":
                 module = gm.get_submodule(n.target)
                 nodes.append(Node(n.name, NodeKind.MODULE, type(module), inputs, module_framework_attr(module),
-                                  module_weights(module), module, args, kwargs, shape, str(n.target)))
+                                  module_weights(module), module, args, kwargs, shape, str(n.target),
+                                  opaque=is_custom_layer(module)))
             else:
                 is_function = n.op == "call_function"
                 layer_type = n.target if is_function else getattr(torch.Tensor, n.target, n.target)

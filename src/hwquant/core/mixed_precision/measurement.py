@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
 from hwquant.core.distributed import SINGLE_PROCESS, Collective, first_batches, gather_rows, my_share
 from hwquant.core.graph import Graph, Node
-from hwquant.core.mixed_precision.sensitivity import combine_distances, interest_points, needs_measurement, normalise_scores
+from hwquant.core.mixed_precision.sensitivity import (combine_distances, compared_outputs, interest_points, needs_measurement,
+                                                      normalise_scores)
 from hwquant.core.resource_utilization import max_bits_config
 
 
@@ -86,7 +87,7 @@ def candidate_sensitivity(graph: Graph, configurable: Sequence[Node], data: Iter
     takes the same global images; the measured figures are split by node (each node's are independent of the others') and
     gathered; a back end's estimate may split its own work (PyTorch's probes: by batch)."""
     batches = backend.images(data, cfg.num_of_images)
-    points, outputs = interest_points(graph, configurable, cfg), list(graph.output_names())
+    points, outputs = interest_points(graph, configurable, cfg), compared_outputs(graph)
     scores = None if needs_measurement(cfg) else backend.estimate(graph, configurable, batches, cfg, points, outputs)
     if scores is None:
         scores = _measured(graph, configurable, batches, cfg, backend, points, outputs)

@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting, MpMetricNormalization
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph import Graph, Node, NodeKind
 from hwquant.core.resource_utilization import max_bits_config
 
 
@@ -21,9 +21,29 @@ def needs_measurement(cfg: MixedPrecisionQuantizationConfig) -> bool:
             or cfg.distance_weighting_method == MpDistanceWeighting.EXP)
 
 
+def compared_outputs(graph: Graph) -> List[str]:
+    """The tensors whose distances stand for the model's output: its outputs, except what a custom operator kept
+    whole returns (an NMS layer's boxes, scores, labels and counts: discrete, neither comparable sample by sample
+    nor differentiable), which the tensors that operator reads stand in for (as MCT replaces such outputs)."""
+    found: List[str] = []
+    for name in graph.output_names():
+        node = graph.node(name)
+        while not node.opaque and node.kind == NodeKind.FUNCTION and len(node.inputs) == 1 \
+                and isinstance(graph.node(node.inputs[0]).output_shape, list):  # an item of a tuple output
+            node = graph.node(node.inputs[0])
+        todo = [node.name] if node.opaque else [name]
+        while todo:
+            current = graph.node(todo.pop(0))
+            if current.opaque:
+                todo += [i for i in current.inputs if graph.node(i).kind != NodeKind.CONSTANT]
+            elif current.name not in found:
+                found.append(current.name)
+    return found
+
+
 def interest_points(graph: Graph, configurable: Sequence[Node], cfg: MixedPrecisionQuantizationConfig) -> List[str]:
-    """Configurable nodes' outputs (a fraction of them, spread evenly), model outputs excluded."""
-    outputs = set(graph.output_names())
+    """Configurable nodes' outputs (a fraction of them, spread evenly), the compared outputs excluded."""
+    outputs = set(compared_outputs(graph))
     names = [n.name for n in configurable if n.name not in outputs]
     if not names:
         return []

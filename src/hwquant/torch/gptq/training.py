@@ -3,6 +3,7 @@ the optimizers, the loss of one step, the Hessian scores, the teacher's kept act
 correction's two candidates (torch/gptq/bias_correction.py)."""
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from hwquant.core.graph import Graph, Node
+from hwquant.core.mixed_precision.sensitivity import compared_outputs
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.training import AnalyticCorrection, GPTQBackend, LearnedLayer, interest_point, optimizer_groups
@@ -163,7 +165,13 @@ class TorchGPTQBackend(GPTQBackend):
     def hessian_scores(self, n_samples: int, batch_size: int, per_sample: bool) -> np.ndarray:
         batches = [[t[i:i + batch_size] for t in self.samples] for i in range(0, n_samples, batch_size)]
         axes = [channel_axis(node) for node, *_ in self.student.kernels]
-        return activation_hessian_scores(self.teacher, batches, axes, per_sample).cpu().numpy()
+        model, outputs = self.teacher, compared_outputs(self.graph)
+        if outputs != self.graph.output_names():  # a model ending in a custom operator (an NMS layer): its inputs
+            view = copy.copy(self.graph)
+            view.outputs = tuple(outputs)
+            points = [interest_point(node) for node, *_ in self.student.kernels]
+            model = build_module(view, None, extra_outputs=points).to(self.device).eval()
+        return activation_hessian_scores(model, batches, axes, per_sample).cpu().numpy()
 
     def start(self, cfg: GradientPTQConfig, loss_weights: np.ndarray, regularizer_weights: np.ndarray,
               batch_size: int) -> None:
