@@ -8,10 +8,7 @@ edge-mdt-cl lives in .cache/downstream (scripts/setup.sh, --no-deps). Its NMS ca
 torchvision cannot load beside the CPU torch wheel (this project's .venv), a plain-torch greedy NMS with torchvision's
 semantics stands in for that one operator. Sony's converter runs on the exported file where HWQUANT_IMXCONV names its
 `imxconv-pt` (bash benchmarks/setup_imx500.sh installs it in .venv-imx)."""
-import json
 import logging
-import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -25,10 +22,10 @@ from torch import nn
 import hwquant as mct
 from hwquant.torch.capture import capture
 from hwquant.torch.concrete_capture import capture_with_concrete_trace
+from imx_converter import convert, needs_converter
 
 ROOT = Path(__file__).resolve().parents[1]
 DOWNSTREAM = ROOT / ".cache" / "downstream"
-IMXCONV = os.environ.get("HWQUANT_IMXCONV")
 N_CLASSES, SIZE = 3, 16
 
 
@@ -351,8 +348,7 @@ def test_export_of_box_decoding_and_nms_with_indices(edgemdt, tmp_path):
         np.testing.assert_array_equal(a, b.numpy().astype(a.dtype))
 
 
-@pytest.mark.skipif(not IMXCONV, reason="opt-in: set HWQUANT_IMXCONV to the path of imxconv-pt "
-                                        "(bash benchmarks/setup_imx500.sh installs it in .venv-imx)")
+@needs_converter
 @pytest.mark.parametrize("model", ["nms", "box-decode+nms", "nms-with-indices"])
 def test_the_real_converter_accepts_the_models_with_their_layers(model, quantized_imx500, edgemdt, tmp_path):
     if model == "nms":
@@ -364,11 +360,7 @@ def test_the_real_converter_accepts_the_models_with_their_layers(model, quantize
         torch.manual_seed(1)
         q, _ = _ptq(ItemsDetector(edgemdt.MulticlassNMSWithIndices(0.3, 0.5, 20)), _imx500())
     _export(q, tmp_path / "det.onnx")
-    run = subprocess.run([IMXCONV, "-i", str(tmp_path / "det.onnx"), "-o", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    report = json.loads(next(Path(tmp_path / "out").glob("*MemoryReport.json")).read_text())["Memory Report"]
-    assert report["Fit In Chip"] is True
+    assert convert(tmp_path / "det.onnx", tmp_path / "out")["Fit In Chip"] is True
     assert "MultiClassNms" in (tmp_path / "out" / "det.pbtxt").read_text()  # the chip's own NMS
 
 

@@ -5,12 +5,8 @@ same function as the simulated model, and the export-time warning for what it wo
 The real converter runs only where HWQUANT_IMXCONV names its `imxconv-pt` (opt-in: it needs Java and
 a minute per model); benchmarks/run_imx500.py converts the full set."""
 import copy
-import json
 import logging
 import math
-import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,6 +18,7 @@ import hwquant as mct
 from hwquant.exporter.imx500 import converter_problems
 from hwquant.torch.export_model import quantizers_of
 from hwquant.torch.imx500_forms import rewrite_for_imx500
+from imx_converter import convert, needs_converter
 
 QF = mct.exporter.QuantizationFormat
 T, D = 16, 32
@@ -235,15 +232,9 @@ def test_converter_problems():
     assert "fixed batch of 4" in converter_problems(_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], [fixed]))[0]
 
 
-IMXCONV = os.environ.get("HWQUANT_IMXCONV")
 
 
-@pytest.mark.skipif(not IMXCONV, reason="opt-in: set HWQUANT_IMXCONV to the path of imxconv-pt "
-                                        "(bash benchmarks/setup_imx500.sh installs it in .venv-imx)")
+@needs_converter
 def test_the_real_converter_accepts_the_transformer_block(encoder, tmp_path):
     _export(encoder, tmp_path / "encoder.onnx")
-    run = subprocess.run([IMXCONV, "-i", str(tmp_path / "encoder.onnx"), "-o", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    report = json.loads(next(Path(tmp_path / "out").glob("*MemoryReport.json")).read_text())["Memory Report"]
-    assert report["Fit In Chip"] is True
+    assert convert(tmp_path / "encoder.onnx", tmp_path / "out")["Fit In Chip"] is True
