@@ -200,3 +200,29 @@ def test_the_channel_count_is_the_models_not_its_first_convolutions():
     config = get_pytorch_data_generation_config(n_iter=2, data_gen_batch_size=2, extra_pixels=2)
     images = pytorch_data_generation_experimental(_Focus().eval(), 2, 16, config)
     assert [tuple(i.shape) for i in images] == [(1, 3, 16, 16)] * 2
+
+
+class _NamedLikeTheFold(nn.Module):
+    """A convolution 'conv' and its batch norm 'conv_bn': the name the folded convolution takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.conv_bn, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv_bn(self.conv(x))).mean((2, 3)))
+
+
+def test_a_batch_norm_named_as_its_folded_layer(monkeypatch):
+    from hwquant.data_generation import generator
+    torch.manual_seed(0)
+    model = _NamedLikeTheFold().eval()
+    with torch.no_grad():
+        model.conv_bn.running_mean.copy_(torch.linspace(-1.0, 1.0, 8))
+        model.conv_bn.weight.copy_(torch.linspace(0.5, 2.0, 8))
+    config = get_pytorch_data_generation_config(n_iter=3, data_gen_batch_size=4, extra_pixels=2)
+    folded = pytorch_data_generation_experimental(model, 4, 12, config)
+    assert folded.report.folded_batch_norms == 1 and folded.report.batch_norm_layers == ["conv_bn"]
+    monkeypatch.setattr(generator, "MIN_FOLDED_SCALE", float("inf"))
+    unfolded = pytorch_data_generation_experimental(model, 4, 12, config)
+    torch.testing.assert_close(torch.cat(folded), torch.cat(unfolded), atol=2e-4, rtol=1e-4)

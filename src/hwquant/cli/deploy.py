@@ -14,6 +14,7 @@ import numpy as np
 
 from hwquant.cli.inputs import PRESETS, adapter, batches, framework_of_file, load_data, load_quantized_model, trust_option
 from hwquant.cli.quantize import check_out, similarity
+from hwquant.cli.quiet import filtered_stderr, framework_output_option
 from hwquant.errors import HwquantError, UnsafeModelFileError
 
 DEFAULT_MIN_SQNR_DB = 30.0
@@ -43,6 +44,7 @@ def _input_batch(shape: str) -> List[np.ndarray]:
 @click.option("--preset", type=click.Choice(sorted(PRESETS)), default="unit", show_default=True,
               help="Image preprocessing when --data is a folder (as for `hwquant quantize`).")
 @trust_option
+@framework_output_option
 def export(quantized_model: str, out: str, fmt: str, data_spec: Optional[str], input_shape: Optional[str],
            preset: str, trust_model_file: bool) -> None:
     """Write QUANTIZED_MODEL (saved by hwquant: a .pt from `hwquant quantize --out x.pt` or
@@ -126,6 +128,7 @@ def _fits_in_chip(out: str) -> Optional[bool]:
 @click.option("--converter/--no-converter", "run_converter", default=True, show_default=True,
               help="Run Sony's IMX500 converter on an MCTQ file when it is installed.")
 @trust_option
+@framework_output_option
 def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str], preset: str, min_sqnr: float,
           run_converter: bool, trust_model_file: bool) -> None:
     """Check an EXPORTED file: run it as deployed (ONNX Runtime, the TFLite interpreter, TorchScript) on --data and
@@ -162,7 +165,8 @@ def check(exported: str, quantized_model: Optional[str], data_spec: Optional[str
         inputs = [a[:CHECK_SAMPLES] for a in load_data(data_spec or "", PRESETS[preset], fw.CHANNELS_LAST)]
         runner = adapter("keras" if suffix in (".tflite", ".keras") else fw.NAME)
         try:
-            deployed = runner.run_exported(exported, inputs, trust=trust_model_file)
+            with filtered_stderr():  # (the TFLite interpreter's info lines)
+                deployed = runner.run_exported(exported, inputs, trust=trust_model_file)
         except UnsafeModelFileError as e:
             raise click.BadParameter(str(e), param_hint="EXPORTED") from None
         except Exception as e:  # noqa: BLE001 - the runtime's own refusal, said in one line

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 import click
 import numpy as np
 
+from hwquant.cli.quiet import framework_import
 from hwquant.errors import UnsafeModelFileError
 from hwquant.logger import progress
 from hwquant.model_files import TRUST_HELP
@@ -44,7 +45,8 @@ def adapter(framework: str) -> ModuleType:
         _choose_keras_backend()
     package = "torch" if framework == "pytorch" else "keras"
     try:
-        return importlib.import_module(f"hwquant.{package}.command_line")
+        with framework_import():  # (TensorFlow's import banners kept off the command's output)
+            return importlib.import_module(f"hwquant.{package}.command_line")
     except ImportError as e:
         extra = "torch" if package == "torch" else "keras"
         raise click.UsageError(f"{framework} is not installed here ({e}): pip install \"hwquant[{extra}]\"") from None
@@ -77,17 +79,18 @@ def load_callable(spec: str, param_hint: str) -> Any:
     """The object 'module:name' or 'file.py:name' names; the current folder is importable, as for `python -m`."""
     module_name, _, name = spec.rpartition(":")
     try:
-        if module_name.endswith(".py"):
-            if not os.path.isfile(module_name):
-                raise ImportError(f"no file '{module_name}'")
-            loaded = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
-            assert loaded is not None and loaded.loader is not None
-            module = importlib.util.module_from_spec(loaded)
-            loaded.loader.exec_module(module)
-        else:
-            if os.getcwd() not in sys.path:
-                sys.path.insert(0, os.getcwd())
-            module = importlib.import_module(module_name)
+        with framework_import():  # (the module may import TensorFlow)
+            if module_name.endswith(".py"):
+                if not os.path.isfile(module_name):
+                    raise ImportError(f"no file '{module_name}'")
+                loaded = importlib.util.spec_from_file_location(Path(module_name).stem, module_name)
+                assert loaded is not None and loaded.loader is not None
+                module = importlib.util.module_from_spec(loaded)
+                loaded.loader.exec_module(module)
+            else:
+                if os.getcwd() not in sys.path:
+                    sys.path.insert(0, os.getcwd())
+                module = importlib.import_module(module_name)
         return getattr(module, name)
     except (ImportError, AttributeError, SyntaxError) as e:
         raise click.BadParameter(f"cannot import '{spec}': {type(e).__name__}: {e}", param_hint=param_hint) from None
@@ -98,7 +101,8 @@ def load_model(spec: str, param_hint: str = "MODEL", trust: bool = False) -> Tup
     would run code when read is refused unless `trust` (--trust-model-file; hwquant.model_files)."""
     if is_callable_spec(spec):
         factory = load_callable(spec, param_hint)
-        model = factory() if callable(factory) and not framework_of_object(factory) else factory
+        with framework_import():  # (the factory may import TensorFlow)
+            model = factory() if callable(factory) and not framework_of_object(factory) else factory
         framework = framework_of_object(model)
         if framework is None:
             raise click.BadParameter(f"'{spec}' gave a {type(model).__name__}, not a torch.nn.Module or keras.Model",

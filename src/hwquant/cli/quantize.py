@@ -13,6 +13,7 @@ import click
 import numpy as np
 
 from hwquant.cli.inputs import PRESETS, ImageOptions, batches, load_data, load_model, trust_option
+from hwquant.cli.quiet import framework_output_option
 from hwquant.cli.tpc import resolve_tpc
 from hwquant.errors import HwquantError
 
@@ -180,6 +181,7 @@ def _memory_line(label: str, quantized: float, float_: float, target: Optional[f
               help="Samples per batch, in calibration and evaluation (larger: more memory, not faster on a CPU).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars and stage lines; print the summary only.")
 @trust_option
+@framework_output_option
 def quantize(model: str, data_spec: str, out: str, tpc_name: str, fmt: str, val_spec: Optional[str], holdout: float,
              gptq: bool, gptq_epochs: int, weights_memory: Optional[float], activation_memory: Optional[float],
              activation_bits: Optional[int], weights_bits: Optional[int], report_dir: Optional[str],

@@ -9,6 +9,7 @@ import click
 
 from hwquant.cli.inputs import (batches, framework_of_file, load_arrays, load_float_model, load_quantized_model,
                                 trust_option)
+from hwquant.cli.quiet import framework_output_option
 from hwquant.errors import HwquantError
 
 
@@ -38,6 +39,7 @@ from hwquant.errors import HwquantError
 @click.option("--tensorboard/--no-tensorboard", default=True, show_default=True,
               help="Write TensorBoard events (needs tensorboardX).")
 @trust_option
+@framework_output_option
 def report(float_model: str, quantized_model: str, data_path: str, val_path: Optional[str], report_dir: str,
            batch_size: int, max_batches: Optional[int], troubleshoot: bool, measure_fixes: int, zscore: float,
            degrade_ratio: float, tpc_version: Optional[str], device_type: str, html: bool, tensorboard: bool,

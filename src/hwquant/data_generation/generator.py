@@ -60,7 +60,7 @@ def batch_norm_targets(graph: Graph, adapter: Any, is_configured_type: Callable[
                        last_layer: Optional[losses.LastLayer] = None) -> Tuple[List[BatchNormTarget], Dict[str, str]]:
     """The batch norms the images match (of the configured types), each folded into the layer before it where it
     folds, and {batch norm: why it is not used} for the others. Folds ``graph`` in place: build the model from it
-    afterwards (``last_layer``'s input follows a folded batch norm's new name)."""
+    afterwards (the targets' watched tensors and ``last_layer``'s input follow the folded layers' new names)."""
     targets, ignored, scales = [], {}, {}
     for node in graph:
         params = adapter.batch_norm_params(node)
@@ -72,16 +72,32 @@ def batch_norm_targets(graph: Graph, adapter: Any, is_configured_type: Callable[
         var = np.asarray(params.var, np.float64)
         targets.append(BatchNormTarget(node.name, node.inputs[0], np.asarray(params.mean, np.float64), var))
         scale = np.asarray(params.gamma, np.float64) / np.sqrt(var + params.eps)
-        if np.min(np.abs(scale)) >= MIN_FOLDED_SCALE:
+        # (a batch norm reading another one stays: folded after it, its layer's output would be neither one's input)
+        if np.min(np.abs(scale)) >= MIN_FOLDED_SCALE and adapter.batch_norm_params(graph.node(node.inputs[0])) is None:
             scales[node.name] = (scale, np.asarray(params.beta, np.float64))
-    layers = {t.watched: t.name for t in targets if t.name in scales}  # follows the layers' renaming
-    fold_batch_norms(graph, adapter, layers, only=lambda bn: bn.name in scales)
-    for layer, bn in layers.items():
-        if bn not in graph:  # folded: the layer's output is the batch norm's
-            t = next(t for t in targets if t.name == bn)
-            t.watched, (t.folded_scale, t.folded_shift) = layer, scales[bn]
-            if last_layer is not None and last_layer.input_name == bn:
-                last_layer.input_name = layer
+    # nodes followed as objects, not by name: a folded layer is renamed '<layer>_bn', which may be the name another
+    # node had, its own batch norm's included (Keras' MobileNetV2 names the batch norm after 'Conv_1' 'Conv_1_bn')
+    folded_into = {id(graph.node(bn)): graph.node(graph.node(bn).inputs[0]) for bn in scales}
+    watched = {name: graph.node(name) for name in [t.watched for t in targets] + [t.name for t in targets]
+               + ([last_layer.input_name, last_layer.output_name] if last_layer is not None else [])}
+    fold_batch_norms(graph, adapter, only=lambda bn: bn.name in scales)
+    remaining = {id(n) for n in graph}
+
+    def follow(name: str) -> str:
+        """The name now of the node whose output is the tensor ``name`` was (a folded batch norm's: its layer's)."""
+        node = watched[name]
+        while id(node) not in remaining:
+            node = folded_into[id(node)]
+        return node.name
+
+    for t in targets:
+        if id(watched[t.name]) not in remaining:  # folded: the layer's output is the batch norm's
+            t.folded_scale, t.folded_shift = scales[t.name]
+            t.watched = follow(t.name)
+        else:
+            t.watched = follow(t.watched)
+    if last_layer is not None:
+        last_layer.input_name, last_layer.output_name = follow(last_layer.input_name), follow(last_layer.output_name)
     return targets, ignored
 
 

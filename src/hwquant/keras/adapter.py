@@ -24,6 +24,7 @@ from hwquant.core.distributed import SINGLE_PROCESS
 from hwquant.core.statistics import summarize
 from hwquant.keras.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.keras.builder import build_model
+from hwquant.keras.inference import predict_on_batch
 from hwquant.keras.correction_facts import _CONVS, _DEPTHWISE, _TRANSPOSED, KERNEL_LAYERS, KerasCorrectionFacts
 
 # Samples per statistics pass: the observing model returns every observed activation of them at once.
@@ -167,7 +168,7 @@ class KerasAdapter(KerasCorrectionFacts):
         for batch in data:  # predict_on_batch: inference only (no gradient graph on any backend), numpy out
             for start in range(0, len(batch[0]), STATISTICS_CHUNK):  # every activation of a chunk is held at once
                 chunk = [a[start:start + STATISTICS_CHUNK] for a in batch]
-                _, values = model.predict_on_batch(chunk if len(chunk) > 1 else chunk[0])
+                _, values = predict_on_batch(model, chunk if len(chunk) > 1 else chunk[0])
                 for name, value in zip(names, values):
                     statistics[name].add(summarize(np.asarray(value, np.float32), statistics[name], precise=False))
             batches += 1
@@ -210,4 +211,4 @@ def _run_once(model: Any, x: Any) -> List[np.ndarray]:
     O-Net's 2, 4 and 10 wide heads): predict_on_batch (inference only; no gradient graph on the torch
     backend). On TensorFlow an eager call looks cheaper in a warm process but costs more in a
     quantization's first run (each eager kernel set up once per shape: MobileNetV2 PTQ 12.3 s against 8.8 s)."""
-    return [np.asarray(o, np.float64) for o in _flat_outputs(model.predict_on_batch(x))]
+    return [np.asarray(o, np.float64) for o in _flat_outputs(predict_on_batch(model, x))]

@@ -20,6 +20,7 @@ from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.builder import build_model, set_layer_weights
 from hwquant.keras.gradients import gradients
+from hwquant.keras.inference import predict_on_batch
 from hwquant.keras.quantized_model import (HOLDER_SUFFIX, QuantizationBlocks, activation_quantizer,
                                            build_quantized_model, quantized_weights, weight_quantizers)
 
@@ -63,7 +64,7 @@ class _SwappableBlocks(QuantizationBlocks):
 
 
 def _run(model: Any, batch: List[np.ndarray]) -> List[np.ndarray]:
-    _, extra = model.predict_on_batch(batch if len(batch) > 1 else batch[0])
+    _, extra = predict_on_batch(model, batch if len(batch) > 1 else batch[0])
     return [np.asarray(t, np.float32) for t in extra]
 
 
@@ -128,7 +129,7 @@ class KerasSensitivityBackend(SensitivityBackend):
                 layer = self.errors_model.get_layer(f"{p}_squared_error")
                 layer.reference.assign(np.concatenate([r, np.zeros((layer.rows - len(r),) + r.shape[1:], r.dtype)]))
             self.energies, self.loaded = [_energy(r) for r in ref], batch_index
-        squared = self.errors_model.predict_on_batch(batch if len(batch) > 1 else batch[0])
+        squared = predict_on_batch(self.errors_model, batch if len(batch) > 1 else batch[0])
         return [float((np.asarray(e, np.float64) / (energy + 1e-12)).mean()) for e, energy in zip(squared, self.energies)]
 
     def hessian_traces(self, points, outputs) -> Dict[str, float]:

@@ -8,6 +8,7 @@ import keras
 import numpy as np
 
 from hwquant.concurrency import keras_call
+from hwquant.keras.inference import predict_on_batch
 from hwquant.xquant.analysis import XQuantInputError, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
@@ -89,10 +90,10 @@ class KerasXQuantBackend:
 
     def run(self, batch: List[Any], names: Sequence[str]) -> BatchRun:
         reference, extractor, quantized_names = self._observer(names)
-        float_outputs = _flat(self.float_model.predict_on_batch(_feed(self.float_model, batch)))
-        _, values = reference.predict_on_batch(_feed(reference, batch))
+        float_outputs = _flat(predict_on_batch(self.float_model, _feed(self.float_model, batch)))
+        _, values = predict_on_batch(reference, _feed(reference, batch))
         float_tensors = {n: np.asarray(v, np.float32) for n, v in zip(names, values)}
-        outs, q_values = extractor.predict_on_batch(_feed(extractor, batch))
+        outs, q_values = predict_on_batch(extractor, _feed(extractor, batch))
         quantized = {n: np.asarray(v, np.float32) for n, v in zip(quantized_names, q_values)}
         for name in names:
             quantized.setdefault(name, float_tensors[name])
@@ -128,7 +129,7 @@ class KerasXQuantBackend:
             target_platform_capabilities=tpc)[0]
 
     def outputs(self, model: Any, batch: List[Any]) -> List[np.ndarray]:
-        return _flat(model.predict_on_batch(_feed(model, batch)))
+        return _flat(predict_on_batch(model, _feed(model, batch)))
 
 
 def load_float_model(path: str, trust: bool = False) -> Any:
