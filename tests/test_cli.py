@@ -280,31 +280,12 @@ def test_every_command_explains_itself():
 @needs_torch
 def test_progress_bars_show_on_a_terminal(tmp_path):
     """Under a pseudo-terminal (as a person runs it) the long stages draw progress bars; --quiet draws none."""
-    import os
-    import pty
+    from terminal import on_terminal as run_on_terminal
     images = _images(tmp_path / "images", n=40)
 
-    def on_terminal(*extra):
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: the command on the terminal's side
-            os.chdir(TESTS)
-            os.execv(sys.executable, [sys.executable, "-m", "hwquant", "quantize", "cli_models:small_cnn", "--data",
-                                      str(images), "--out", str(tmp_path / "t.pt"), "--batch-size", "4", *extra])
-        import fcntl
-        import struct
-        import termios
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 110, 0, 0))  # a terminal 110 columns wide
-        chunks = []
-        while True:
-            try:
-                data = os.read(fd, 4096)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")
+    def on_terminal(*extra):  # (a terminal 110 columns wide)
+        return run_on_terminal(["quantize", "cli_models:small_cnn", "--data", images, "--out", tmp_path / "t.pt",
+                                "--batch-size", "4", *extra], TESTS, columns=110)
 
     code, shown = on_terminal()
     assert code == 0, shown

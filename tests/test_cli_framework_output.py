@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hwquant.cli import quiet
+from terminal import on_terminal
 
 CHATTER = [re.compile(p, re.M) for p in (
     r"oneDNN", r"cpu_feature_guard", r"This TensorFlow binary is optimized", r"absl::InitializeLog",
@@ -60,23 +61,8 @@ def test_verbose_and_hwquant_debug_let_it_through(monkeypatch, capfd):
 
 
 def _on_terminal(args, cwd, env):
-    """The command's output as a person sees it: run in a pseudo-terminal (stdout and stderr together)."""
-    import pty
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the command on the terminal's side
-        os.chdir(cwd)
-        os.execve(sys.executable, [sys.executable, "-m", "hwquant", *map(str, args)], env)
-    chunks = []
-    while True:
-        try:
-            data = os.read(fd, 4096)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace").replace("\r", "")
+    code, text = on_terminal(args, cwd, env)
+    return code, text.replace("\r", "")
 
 
 def test_tensorflow_commands_print_their_summary_only(tmp_path):
