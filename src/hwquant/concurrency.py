@@ -66,11 +66,11 @@ class SharedExclusiveLock:
     def _enter_shared(self) -> None:
         me = threading.get_ident()
         with self._condition:
-            if self._owner == me or me in self._shared:
-                if self._owner != me:
-                    self._shared[me] += 1
-                else:
-                    self._depth += 1  # (shared inside exclusive: part of the exclusive hold)
+            if self._owner == me:
+                self._depth += 1  # (shared inside exclusive: part of the exclusive hold)
+                return
+            if me in self._shared:
+                self._shared[me] += 1
                 return
             self._condition.wait_for(lambda: self._owner is None and not self._waiting)
             self._shared[me] = 1
