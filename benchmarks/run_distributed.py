@@ -55,18 +55,18 @@ def instrument(clock: Dict[str, float]) -> None:
     from hwquant.gptq import training as core_training
     from hwquant.torch import distributed as torch_distributed
     from hwquant.torch import session
-    from hwquant.torch.gptq import training
+    from hwquant.torch.gptq import backend
 
     _timed(session, "start_session", "capture (every rank)", clock)
     _timed(pipeline, "prepare", "graph preparation (every rank)", clock)
     _timed(pipeline, "calibrate", "calibration passes (sharded)", clock)
     _timed(pipeline, "compute_parameters", "thresholds (every rank)", clock)
     _timed(pipeline, "bias_correction_where_it_helps", "bias-correction judge (every rank)", clock)
-    _timed(training.TorchGPTQBackend, "build", "GPTQ models (every rank)", clock)
-    _timed(training.TorchGPTQBackend, "hessian_scores", "GPTQ Hessian scores (sharded)", clock)
-    _timed(training.TorchGPTQBackend, "start", "GPTQ teacher cache (sharded)", clock)
-    _timed(training.TorchGPTQBackend, "step", "GPTQ steps (sharded)", clock)
-    _timed(training.TorchGPTQBackend, "correct_biases", "GPTQ bias correction (every rank, all samples)", clock)
+    _timed(backend.TorchGPTQBackend, "build", "GPTQ models (every rank)", clock)
+    _timed(backend.TorchGPTQBackend, "hessian_scores", "GPTQ Hessian scores (sharded)", clock)
+    _timed(core_training, "teacher_cache", "GPTQ teacher cache (sharded)", clock)
+    _timed(backend.TorchGPTQBackend, "train_step", "GPTQ steps (sharded)", clock)
+    _timed(core_training, "correct_biases", "GPTQ bias correction (every rank, all samples)", clock)
     _timed(core_training, "agree_with_rank_0", "GPTQ agreement check", clock)
 
     def count(args, result):  # what this rank sends (its tensors as the collective sends them)

@@ -129,7 +129,8 @@ def test_gptq_trains_and_returns_a_ptq_like_model(kw, rounding, tmp_path):
     assert np.isfinite(d["losses"]).all() and d["trained_layers"] == ["c1_bn", "dw", "pw", "fc"]
     if rounding == RoundingType.SoftQuantizer:  # (the regulariser anneals: the loss falls)
         assert d["losses"][-1] < d["losses"][0]
-    assert d["bias_correction"] in ("analytic", "none") and set(d["output_error"]) == {"analytic", "none"}
+    assert d["bias_correction"] in ("analytic", "measured") and set(d["output_error"]) == {"analytic", "measured"}
+    assert d["output_error"][d["bias_correction"]] == min(d["output_error"].values())
     assert sqnr(model, q) > 20
     fc = q.get_layer("quant_fc")
     assert isinstance(fc, KerasQuantizationWrapper) and q.hwquant_metadata["method"] == "gptq"

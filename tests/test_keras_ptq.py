@@ -145,14 +145,13 @@ def test_graph_corrections_run_on_keras_models():
     """Bias correction (the kernels' mean error through the core's kernel layout) and the shift-negative
     correction (a constant add, and a pad node with the shift where the next convolution pads 'same')."""
     from hwquant.core.pipeline import run_ptq
-    from hwquant.keras import facade
     data = [np.random.default_rng(i).normal(size=(8, 12, 12, 3)).astype("float32") for i in range(2)]
     model = _swish_net()
     f = np.asarray(keras.ops.convert_to_numpy(model(data[0])))
     sqnr = {}
     for sn in (False, True):
         cc = mct.core.CoreConfig(mct.core.QuantizationConfig(shift_negative_activation_correction=sn))
-        state, d = facade._session(model, lambda: iter([[b] for b in data]), cc,
+        state, d = _state_and_data(model, lambda: iter([[b] for b in data]), cc,
                                    mct.get_target_platform_capabilities("4.0", "imx500"))
         run_ptq(state, d)
         q = state.adapter.build(state.graph, quantized=True)
@@ -187,12 +186,11 @@ def test_mixed_precision_model_swaps_candidates_exactly(version, seed):
     what a quantized model built for the same candidates computes (IMX500 4.0: activation candidates too)."""
     from hwquant.core import candidates as cand
     from hwquant.core.pipeline import calibrate, compute_parameters, prepare
-    from hwquant.keras.facade import _session
     from hwquant.keras.mixed_precision import _set_candidate, _SwappableBlocks
     from hwquant.keras.quantized_model import build_quantized_model
 
     data = _batches()
-    state, rep = _session(_net(), lambda: iter([[b] for b in data]), mct.core.CoreConfig(),
+    state, rep = _state_and_data(_net(), lambda: iter([[b] for b in data]), mct.core.CoreConfig(),
                           mct.get_target_platform_capabilities(version, "imx500"))
     prepare(state)
     calibrate(state, rep)
@@ -369,3 +367,9 @@ def test_multi_output_models_export_tflite(multi_output_quantized, tmp_path):
     assert len(outs) == len(heads)
     for head in heads:
         assert np.abs(outs[head.shape] - head).max() <= np.abs(head).max() / 64
+
+
+def _state_and_data(*args):
+    from hwquant.keras.session import start_session
+    session = start_session(*args)
+    return session.state, session.data

@@ -8,9 +8,23 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.builder import QuantizerFactory, build_module
+from hwquant.torch.builder import FakeQuantizers, QuantizerFactory, build_module
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
-from hwquant.torch.output_mean_correction import _Stream, channel_axis, channel_mean, correct_output_means
+from hwquant.core.passes.output_mean_correction import NodeStream, correct_output_means
+from hwquant.gptq.training import correct_biases
+
+
+def channel_axis(node):
+    return -1 if isinstance(node.call_target, nn.Linear) else 1
+
+
+def channel_mean(t, axis):
+    t = t.detach().double()
+    return t.movedim(axis, 0).reshape(t.shape[axis], -1).mean(1)
+
+
+def _numpy(means):
+    return {k: v.numpy() for k, v in means.items()}
 
 
 class Net(nn.Module):
@@ -56,7 +70,7 @@ def test_quantized_layers_get_the_float_output_means(data, bias):
     x = torch.cat(data)
     float_means = _means(graph, names, x, quantized=False)
     before = _means(graph, names, x, quantized=True)
-    assert correct_output_means(graph, adapter, float_means, [x], 16) == names
+    assert correct_output_means(graph, adapter, _numpy(float_means), [x], 16) == names
     assert "bias" in graph.node("c1").weights  # a layer without a bias gets one
     after = _means(graph, names, x, quantized=True)
     for n in names:
@@ -74,28 +88,26 @@ def test_correction_is_measured_at_the_observed_node(data):
     x = torch.cat(data)
     float_means = _means(graph, ["act"], x, quantized=False)["act"]
     before = (_means(graph, ["act"], x, quantized=True)["act"] - float_means).abs().mean()
-    correct_output_means(graph, adapter, {"c1": float_means}, [x], 16, observed={"c1": "act"})
+    correct_output_means(graph, adapter, {"c1": float_means.numpy()}, [x], 16, observed={"c1": "act"})
     after = (_means(graph, ["act"], x, quantized=True)["act"] - float_means).abs().mean()
     assert after < 0.1 * before, (before, after)
 
 
 def test_stream_measures_as_the_whole_model_and_keeps_only_live_values(data):
     torch.manual_seed(0)
-    _, graph = _ptq_state(Net(), data)
-    model = build_module(graph, QuantizerFactory(), extra_outputs=["c1", "fc"], extra_outputs_unquantized=True).eval()
-    calls = {n.target: n for n in model.graph.nodes if n.op == "call_module"}
-    points = next(n for n in model.graph.nodes if n.op == "output").args[0][1]
-    stream = _Stream(model, [[b] for b in data])
+    adapter, graph = _ptq_state(Net(), data)
+    model = build_module(graph, FakeQuantizers(), extra_outputs=["c1", "fc"], extra_outputs_unquantized=True).eval()
+    stream = NodeStream(graph, adapter.node_runner(graph), [[b] for b in data])
     with torch.no_grad():
         full = [model(b)[1] for b in data]
-    want = [torch.stack([channel_mean(f[k], channel_axis(graph.node(name))) for f in full]).mean(0)
+    want = [torch.stack([channel_mean(f[k], channel_axis(graph.node(name))) for f in full]).mean(0).numpy()
             for k, name in enumerate(["c1", "fc"])]
-    stream.advance_to(calls["c1"])
-    assert torch.allclose(stream.probe(calls["c1"], points[0], 1), want[0])
-    stream.advance_to(calls["fc"])
-    assert torch.allclose(stream.probe(calls["fc"], points[1], -1), want[1])
-    for run in stream.runs:  # the probe kept nothing; of what came before fc, only fc's input is live
-        assert list(run.env) == list(calls["fc"].all_input_nodes)
+    stream.advance_to("c1")
+    np.testing.assert_allclose(stream.probe("c1", "c1"), want[0], rtol=1e-6, atol=1e-7)
+    stream.advance_to("fc")
+    np.testing.assert_allclose(stream.probe("fc", "fc"), want[1], rtol=1e-6, atol=1e-7)
+    for env in stream.envs:  # the probe kept nothing; of what came before fc, only fc's input is live
+        assert list(env) == graph.node("fc").inputs
 
 
 def test_observed_tensors_survive_in_place_operations(data):
@@ -137,9 +149,27 @@ def test_built_models_do_not_share_the_graphs_weights(data):
     assert np.array_equal(graph.node("c1").weights["bias"], before)
 
 
+class _Backend:
+    """What the bias-correction choice reads of a GPTQ back end: the adapter, the float model and its points."""
+
+    def __init__(self, adapter, graph, points):
+        self.adapter, self.float_model = adapter, build_module(graph, None).eval()
+        self.teacher = build_module(graph, None, extra_outputs=points).eval()
+
+    def teacher_points(self, x):
+        with torch.no_grad():
+            return self.teacher(*x)[1]
+
+
+def _judged_by_identity(adapter, graph, graph_wins):
+    """The candidates' output errors decided by which graph they are built from."""
+    adapter.fake_quantized_model = lambda g: g
+    adapter.relative_output_errors = lambda ref, models, data, n: [
+        (0.0 if (m is graph) == graph_wins else 1.0) for m in models]
+
+
 @pytest.mark.parametrize("winner", ["analytic", "measured"])
-def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner, monkeypatch):
-    from hwquant.torch.gptq import bias_correction as B
+def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner):
     torch.manual_seed(0)
     adapter, graph = _ptq_state(Net(), data)
     layers = ["c1", "c2", "fc"]
@@ -150,34 +180,30 @@ def test_gptq_keeps_the_correction_with_the_smaller_output_error(data, winner, m
             g.node(n).set_weight("bias", np.full_like(g.node(n).weights["bias"], 7.0))
         return len(layers)
 
-    # the analytic graph is the copy: make it win or lose by identity
-    monkeypatch.setattr(B, "_output_error", lambda g, *a: (0.0 if g is not graph else 1.0) if winner == "analytic"
-                        else (1.0 if g is not graph else 0.0))
-    teacher = build_module(graph, None, extra_outputs=layers).eval()
-    out = B.correct_biases(graph, adapter, kernels, analytic, layers, {n: n for n in layers}, teacher,
-                           [torch.cat(data)], 16)
+    backend = _Backend(adapter, graph, layers)
+    _judged_by_identity(adapter, graph, graph_wins=winner == "measured")  # the analytic graph is the copy
+    out = correct_biases(graph, backend, kernels, analytic, layers, {n: n for n in layers}, [torch.cat(data)], 16)
     assert out["bias_correction"] == winner
     sevens = all(np.all(graph.node(n).weights["bias"] == 7.0) for n in layers)
     assert sevens == (winner == "analytic")
 
 
-def test_a_layer_without_bias_is_refitted_from_zero(data, monkeypatch):
+def test_a_layer_without_bias_is_refitted_from_zero(data):
     """A winning measured correction is fitted again on all samples from the trained biases: a layer
     that had none starts from zero, not from the half-data fit (observed after its ReLU, where the
     secant step makes the result depend on the start)."""
-    from hwquant.torch.gptq import bias_correction as B
-    from hwquant.torch.output_mean_correction import channel_means
     torch.manual_seed(0)
     adapter, graph = _ptq_state(Net(bias=False), data)
     layers, point_of = ["c1", "c2", "fc"], {"c1": "act", "c2": "c2", "fc": "fc"}
     assert "bias" not in graph.node("c1").weights
     kernels = {n: graph.node(n).weights["weight"].copy() for n in layers}
-    teacher = build_module(graph, None, extra_outputs=list(point_of.values())).eval()
+    backend = _Backend(adapter, graph, list(point_of.values()))
     x = [torch.cat(data)]
     expected = copy.deepcopy(graph)
-    means = channel_means(lambda b: teacher(*b)[1], [channel_axis(graph.node(n)) for n in layers], x, 16)
-    correct_output_means(expected, adapter, dict(zip(layers, means)), x, 16, observed=point_of)
-    monkeypatch.setattr(B, "_output_error", lambda g, *a: 1.0 if g is not graph else 0.0)  # measured wins
-    B.correct_biases(graph, adapter, kernels, lambda g, k: 0, layers, point_of, teacher, x, 16)
+    points = backend.teacher_points(x)
+    means = {n: channel_mean(p, channel_axis(graph.node(n))).numpy() for n, p in zip(layers, points)}
+    correct_output_means(expected, adapter, means, x, 16, observed=point_of)
+    _judged_by_identity(adapter, graph, graph_wins=True)  # measured wins
+    correct_biases(graph, backend, kernels, lambda g, k: 0, layers, point_of, x, 16)
     for n in layers:
         np.testing.assert_allclose(graph.node(n).weights["bias"], expected.node(n).weights["bias"], rtol=1e-5, atol=1e-6)

@@ -71,10 +71,9 @@ def test_keras_and_pytorch_give_the_same_figures_for_the_same_network(version):
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_mixed_precision_rows_count_paddings_alike(version):
     """Mixed precision's resource rows (the integer program's) give the figures compute_resource_utilization does."""
-    from hwquant.keras.facade import _session
 
     tpc = mct.get_target_platform_capabilities(version, "imx500")
-    state, _ = _session(_keras_net(), lambda: iter([_data(True)]), mct.core.CoreConfig(), tpc)
+    state = _keras_state(_keras_net(), lambda: iter([_data(True)]), mct.core.CoreConfig(), tpc)
     prepare(state)
     graph, adapter = state.graph, state.adapter
     assert len(padding_layers(graph, adapter.is_zero_padding, adapter.kernel_axes)) == 2
@@ -98,9 +97,13 @@ def test_a_padding_with_other_readers_or_its_own_quantizer_keeps_its_tensor():
     pad = L.ZeroPadding2D(1)(x)
     two_readers = keras.Model(x, [L.Conv2D(4, 3)(pad), L.MaxPooling2D()(pad)])
     to_pooling = keras.Model(x, L.MaxPooling2D()(L.ZeroPadding2D(1)(x)))
-    from hwquant.keras.facade import _session
 
     for model in (two_readers, to_pooling):
-        state, _ = _session(model, lambda: iter([[np.zeros((2, 8, 8, 3), np.float32)]]), mct.core.CoreConfig(), None)
+        state = _keras_state(model, lambda: iter([[np.zeros((2, 8, 8, 3), np.float32)]]), mct.core.CoreConfig(), None)
         prepare(state)
         assert padding_layers(state.graph, state.adapter.is_zero_padding, state.adapter.kernel_axes) == {}
+
+
+def _keras_state(*args):
+    from hwquant.keras.session import start_session
+    return start_session(*args).state

@@ -195,6 +195,10 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
         """The quantized model on the framework's float path (fake-quantized kernels), for measuring
         output errors: the same outputs as ``build(graph, quantized=True)`` up to float rounding."""
 
+    def node_runner(self, graph: Graph) -> Any:
+        """The fake-quantized model of `graph` run one node at a time (a ``NodeRunner`` of
+        core/passes/output_mean_correction.py: the measured bias correction)."""
+
     def relative_output_errors(self, reference: Any, models: Sequence[Any], data: Iterable[List[Any]],
                                max_samples: int) -> List[float]:
         """Each model's squared output error against ``reference``'s over its output energy, on the

@@ -2,26 +2,33 @@
 that the quantized model's activations at the interest points follow the float model's (the student and
 teacher, interest points, soft rounding and losses: docs/architecture.md, "GPTQ").
 
-This module decides what does not depend on the framework: the schedules, the loss and regulariser
-weights, the epochs and steps, what is written back and reported. A framework gives the models and the
-arithmetic through a ``GPTQBackend`` (torch/gptq/training.py). Training starts from the float kernels and
-biases: bias correction compensates nearest rounding, which GPTQ replaces.
+This module holds all that does not depend on the framework: the schedules, the loss (gptq/loss.py) and the
+regulariser with their weights, the optimizers' grouping, the epochs and steps, when the teacher's activations
+are kept, the choice of the bias correction after training, what is written back and reported. A framework
+gives the models, its tensor operations and the optimizer steps through a ``GPTQBackend`` (torch/gptq/backend.py,
+keras/gptq/backend.py). Training starts from the float kernels and biases: bias correction compensates
+nearest rounding, which GPTQ replaces.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import os
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
 from hwquant.core.distributed import SINGLE_PROCESS, Collective, DistributedError, fingerprint
 from hwquant.core.graph import Graph, Node
-from hwquant.core.node_params import set_bias
+from hwquant.core.node_params import restore_biases, set_bias
+from hwquant.core.passes.output_mean_correction import correct_output_means
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig
+from hwquant.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
 
@@ -41,45 +48,87 @@ class LearnedLayer:
     params: Optional[Dict[str, Any]] = None
 
 
+class GPTQOps(Protocol):
+    """The tensor operations the losses, the regulariser and the teacher cache use, on a framework's tensors
+    (the rest is Python's arithmetic on them). ``channel_axis``: the activations' channel axis."""
+    channel_axis: int
+
+    def square(self, x: Any) -> Any: ...
+    def mean(self, x: Any, axis: Optional[int] = None) -> Any: ...
+    def sum(self, x: Any, axis: Optional[int] = None) -> Any: ...
+    def max(self, x: Any) -> Any: ...
+    def maximum(self, x: Any, floor: float) -> Any: ...
+    def reshape(self, x: Any, shape: tuple) -> Any: ...
+    def stack(self, xs: List[Any]) -> Any: ...
+    def sigmoid(self, x: Any) -> Any: ...
+    def clip(self, x: Any, low: float, high: float) -> Any: ...
+    def abs(self, x: Any) -> Any: ...
+    def power(self, x: Any, p: float) -> Any: ...
+    def like(self, x: Any, other: Any) -> Any:
+        """``x`` (a tensor or a numpy array) as a tensor of ``other``'s dtype and device."""
+    def concat(self, parts: List[Any]) -> Any: ...
+    def take(self, x: Any, rows: np.ndarray) -> Any:
+        """Rows ``rows`` of ``x`` (the samples or the teacher cache) as a tensor the models take."""
+    def nbytes(self, x: Any) -> int: ...
+
+
 class GPTQBackend(ABC):
-    """A framework's part of GPTQ. Called in this order: ``build``, ``hessian_scores`` (if Hessian
-    weights are asked for), ``start``, then ``shuffle`` / ``set_quantized_fraction`` / ``step`` per
-    step, ``learned``, ``correct_biases``."""
+    """A framework's part of GPTQ: the models and the arithmetic. Called in this order: ``build``,
+    ``hessian_scores`` (if Hessian weights are asked for), ``make_optimizers``, then per step
+    ``set_quantized_fraction`` and ``train_step`` (whose loss calls ``student_points``, ``kernels``,
+    ``rounding_regularizations``), then ``learned``."""
 
     adapter: Any  # the framework adapter (names the weights; its collective: the processes of the run)
+    ops: GPTQOps
+    float_model: Any  # the float model, built by ``build``: the bias corrections are judged against it
     teacher_cached: bool = False
 
-    def gather_samples(self) -> None:
-        """Across processes: replace this rank's training samples by every rank's (rank order), for the
-        bias correction after training, which then decides the same on every rank."""
+    def gather_samples(self, samples: List[Any]) -> List[Any]:
+        """Across processes: every rank's training samples (rank order), for the bias correction after
+        training, which then decides the same on every rank."""
         raise NotImplementedError(f"{type(self).__name__} does not run across processes")
 
     @abstractmethod
     def build(self, graph: Graph, cfg: GradientPTQConfig, samples: Sequence[Any]) -> List[Node]:
-        """Build the student and the float teacher from ``graph``; returns the layers whose kernel trains,
-        in graph order (their interest points are ``interest_point(layer)``)."""
+        """Build the student, the float teacher and ``float_model`` from ``graph``; returns the layers whose
+        kernel trains, in graph order (their interest points are ``interest_point(layer)``)."""
 
     @abstractmethod
     def hessian_scores(self, n_samples: int, batch_size: int, per_sample: bool) -> np.ndarray:
         """(samples, points) Hessian-based scores of the interest points on the first ``n_samples``."""
 
     @abstractmethod
-    def start(self, cfg: GradientPTQConfig, loss_weights: np.ndarray, regularizer_weights: np.ndarray,
-              batch_size: int) -> None:
-        """Make the optimizers (MCT's grouping of the rounding variables, biases and quantization
-        parameters) and the loss; keep the teacher's activations if they fit."""
+    def teacher_points(self, inputs: List[Any]) -> List[Any]:
+        """The float model's interest-point activations for a batch (no gradient)."""
 
     @abstractmethod
-    def shuffle(self, n_samples: int) -> Sequence[Any]:
-        """An epoch's sample order (a seeded generator of the back end's own)."""
+    def student_points(self, inputs: List[Any]) -> List[Any]:
+        """The student's interest-point activations for a batch, in training mode (with gradients)."""
+
+    @abstractmethod
+    def kernels(self) -> tuple:
+        """([[quantized kernel]], [[float kernel]]) per trained layer, as MCT's loss signature takes them."""
+
+    @abstractmethod
+    def rounding_regularizations(self, beta: float) -> List[Any]:
+        """Each trained layer's rounding regulariser at temperature ``beta`` (0 for STE)."""
+
+    @abstractmethod
+    def trained_variables(self, train_bias: bool) -> tuple:
+        """(rounding variables, biases, quantization parameters) that train."""
+
+    @abstractmethod
+    def make_optimizers(self, groups: List[tuple]) -> None:
+        """The optimizers of ``optimizer_groups``' [(spec, its config field, variables)]."""
+
+    @abstractmethod
+    def train_step(self, loss: Callable[[], Any]) -> float:
+        """Evaluate ``loss()``, take its gradients over the trained variables (averaged across processes) and
+        apply the optimizers; returns the loss value."""
 
     @abstractmethod
     def set_quantized_fraction(self, fraction: float) -> None:
         """Gradual activation quantization: the quantized share of every activation quantizer's output."""
-
-    @abstractmethod
-    def step(self, indices: Any, beta: float) -> float:
-        """One optimisation step on the samples ``indices`` (regulariser temperature ``beta``); the loss."""
 
     @abstractmethod
     def rounding_state(self) -> tuple:
@@ -87,13 +136,14 @@ class GPTQBackend(ABC):
 
     @abstractmethod
     def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
-        """{layer: what it learned}; frees the teacher's kept activations."""
+        """{layer: what it learned}."""
 
-    @abstractmethod
-    def correct_biases(self, graph: Graph, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
-                       layers: List[str], point_of: Dict[str, str]) -> Dict[str, Any]:
-        """Install the learned kernels into ``graph`` with the better of the measured and the analytic
-        bias correction for ``layers``; returns what was chosen and why."""
+    def free_memory(self) -> Optional[int]:
+        """Bytes free where the teacher's activations would be kept (None: unknown); by default the host's."""
+        try:
+            return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
 
 
 def check_gptq_arguments(gptq_config: Any, gptq_representative_data_gen: Any, config_getter: str) -> None:
@@ -182,6 +232,7 @@ def gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, sampl
 def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samples: Sequence[Any], batch_size: int,
                 analytic_correction: AnalyticCorrection, collective: Collective) -> Dict[str, Any]:
     start = time.perf_counter()
+    ops, samples = backend.ops, list(samples)
     layers = backend.build(graph, cfg, samples)
     if not layers:
         raise InvalidConfigError("GPTQ found no quantized kernel to train (every layer's kernel quantization is "
@@ -199,17 +250,36 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
     if cfg.gradual_activation_quantization_config is not None:
         a = cfg.gradual_activation_quantization_config.q_fraction_scheduler_policy
         fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
-    backend.start(cfg, loss_weights, reg_weights, batch_size)
+    per_sample = loss_weights.ndim == 2
+    loss_fn = cfg.loss or partial(sample_layer_attention_loss if per_sample else multiple_tensors_mse_loss, ops)
+    backend.make_optimizers(optimizer_groups(cfg, *backend.trained_variables(cfg.train_bias)))
+    cache = teacher_cache(backend, samples, batch_size)
+    reg_scale = cfg.regularization_factor / max(float(reg_weights.max()), 1e-30)
+    rng = np.random.default_rng(0)
+
+    def step_loss(x: List[Any], target: List[Any], weights: Any, beta: float) -> Any:
+        points = backend.student_points(x)
+        kernels_q, kernels_f = backend.kernels() if cfg.loss is not None else (None, None)  # a user's loss may read them
+        loss = loss_fn(points, [ops.like(t, p) for t, p in zip(target, points)], kernels_q, kernels_f,
+                       [None] * len(points), [None] * len(points), ops.like(weights, points[0]))
+        if cfg.regularization_factor:
+            reg = sum(float(w) * r for w, r in zip(reg_weights, backend.rounding_regularizations(beta)))
+            loss = loss + reg_scale * reg
+        return loss
 
     losses: List[float] = []
     step = 0
     epochs = progress(range(cfg.n_epochs), "GPTQ epochs")
     for _ in epochs:
-        order = backend.shuffle(n_samples)
+        order = rng.permutation(n_samples)
         for i in progress(range(0, n_samples, batch_size), "GPTQ steps", total=steps_per_epoch):
             if fraction is not None:
                 backend.set_quantized_fraction(fraction(step))
-            value = backend.step(order[i:i + batch_size], beta(step))
+            rows = order[i:i + batch_size]
+            x = [ops.take(s, rows) for s in samples]
+            target = [ops.take(c, rows) for c in cache] if cache is not None else backend.teacher_points(x)
+            weights = loss_weights[rows] if per_sample else loss_weights
+            value = backend.train_step(lambda: step_loss(x, target, weights, beta(step)))  # noqa: B023 (called at once)
             if not np.isfinite(value):
                 raise InvalidConfigError(f"GPTQ diverged at step {step} (loss {value}): lower the learning rates "
                                          f"or the regularization factor")
@@ -220,7 +290,7 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
                 epochs.set_postfix(loss=f"{value:.4g}")
             step += 1
     training_seconds = time.perf_counter() - start - hessian_seconds
-    teacher_cached = backend.teacher_cached
+    cache = None  # (freed for the bias correction)
     learned = backend.learned(cfg.train_bias)
     kernels = {}
     for node in layers:  # the analytic bias correction reads the float kernels first: kernels installed after
@@ -233,8 +303,8 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
         kernels[node.name] = found.kernel
     wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
     if collective.distributed:  # the correction is fitted and judged on every rank's samples, identically
-        backend.gather_samples()
-    correction = backend.correct_biases(graph, kernels, analytic_correction, wanted, point_of)
+        samples = backend.gather_samples(samples)
+    correction = correct_biases(graph, backend, kernels, analytic_correction, wanted, point_of, samples, batch_size)
     if collective.distributed:
         agree_with_rank_0(collective, graph, names)
     log.info("GPTQ: %d kernels, %d steps, loss %.4g -> %.4g (Hessian scores %.1f s, training %.1f s, "
@@ -243,7 +313,100 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
     return {"losses": losses, "steps": step, "epochs": cfg.n_epochs, "trained_layers": names,
             "interest_points": list(point_of.values()), "hessian_seconds": hessian_seconds,
             "training_seconds": training_seconds, "rounding_type": cfg.rounding_type.name,
-            "teacher_cached": teacher_cached, **correction}
+            "teacher_cached": backend.teacher_cached, **correction}
+
+
+# The float teacher's interest-point activations are kept for every sample, computed once, when they fit in
+# a quarter of the memory free where they are kept, or in this many bytes if that is more; otherwise the
+# teacher runs at every step (about a fifth of a step's time on MobileNetV2).
+TEACHER_CACHE_BYTES = 1 << 30
+TEACHER_CACHE_SHARE_OF_FREE_MEMORY = 0.25
+
+
+def teacher_cache_budget(free_bytes: Optional[int]) -> int:
+    return max(TEACHER_CACHE_BYTES, int(TEACHER_CACHE_SHARE_OF_FREE_MEMORY * free_bytes) if free_bytes else 0)
+
+
+def teacher_cache(backend: GPTQBackend, samples: List[Any], batch_size: int) -> Optional[List[Any]]:
+    """The teacher's interest-point activations for every sample, when they fit ``teacher_cache_budget``."""
+    ops, n = backend.ops, len(samples[0])
+    first = backend.teacher_points([s[:batch_size] for s in samples])
+    per_sample = sum(ops.nbytes(t) for t in first) / max(len(first[0]), 1)
+    backend.teacher_cached = per_sample * n <= teacher_cache_budget(backend.free_memory())
+    if not backend.teacher_cached:
+        return None
+    rest = [backend.teacher_points([s[i:i + batch_size] for s in samples]) for i in range(batch_size, n, batch_size)]
+    return [ops.concat(list(parts)) for parts in zip(first, *rest)]
+
+
+def correct_biases(graph: Graph, backend: GPTQBackend, kernels: Dict[str, np.ndarray], analytic: AnalyticCorrection,
+                   layers: List[str], point_of: Dict[str, str], samples: List[Any], batch_size: int) -> Dict[str, Any]:
+    """Install the learned ``kernels`` into ``graph`` (its float kernels until then) with the better of two bias
+    corrections for ``layers``, which compensate the learned rounding's shift of the layers' output means:
+
+    - measured (core/passes/output_mean_correction.py): each trained layer's output brought to the float
+      channel means at its interest point, layer by layer, in the quantized model; it also compensates the mean
+      errors that reach a layer from the layers above (on the Fashion-MNIST CNNs it wins several dB);
+    - analytic (``analytic``: ``(W - Q(W)) E[x]`` from the float input means, each layer on its own); on
+      MobileNetV2 at 4 bits with few samples it was the better one.
+
+    The measured one is fitted on every other sample and both are judged on the rest (fitted and judged on the
+    same few samples, the measured one looks better than it is); if it wins, it is fitted again on every sample.
+    Returns what was chosen and why."""
+    adapter = backend.adapter
+    if not layers:
+        install_kernels(graph, adapter, kernels)
+        return {"bias_correction": None, "bias_corrected": []}
+    runner = adapter.node_runner(graph)  # (for the channel means of the teacher's points)
+
+    def measured(data: List[Any]) -> List[str]:
+        sums: Dict[str, Any] = {}
+        for x in _batches(data, batch_size):
+            for name, point in zip(point_of, backend.teacher_points(x)):
+                sums[name] = sums.get(name, 0.0) + runner.channel_mean(point, graph.node(name)) * len(x[0])
+        means = {name: sums[name] / len(data[0]) for name in layers}
+        return correct_output_means(graph, adapter, means, data, batch_size, observed=point_of)
+
+    fit = [s[0::2] for s in samples]
+    judge = [s[1::2] for s in samples] if len(samples[0]) > 1 else fit
+    other = copy.deepcopy(graph)
+    analytic(other, kernels)
+    install_kernels(other, adapter, kernels)
+    install_kernels(graph, adapter, kernels)
+    trained = {name: graph.node(name).weights.get(adapter.bias_attr(graph.node(name))) for name in layers}
+    corrected = measured(fit)
+    candidates = [adapter.fake_quantized_model(graph), adapter.fake_quantized_model(other)]
+    errors = dict(zip(("measured", "analytic"), adapter.relative_output_errors(
+        backend.float_model, candidates, _batches(judge, batch_size), len(judge[0]))))
+    if errors["analytic"] < errors["measured"]:  # (ties: measured, as min over the dict's order)
+        restore_biases(graph, adapter, {name: other.node(name).weights.get(adapter.bias_attr(other.node(name)))
+                                        for name in layers})
+    elif judge is not fit:  # measured it is: fit again on every sample (half the data left ~2 dB on the table),
+        restore_biases(graph, adapter, trained)  # from the trained biases: the secant steps depend on the start
+        measured(samples)
+    chosen = "analytic" if errors["analytic"] < errors["measured"] else "measured"
+    return {"bias_correction": chosen, "bias_corrected": corrected, "output_error": errors}
+
+
+def _batches(samples: Sequence[Any], batch_size: int) -> List[List[Any]]:
+    return [[s[i:i + batch_size] for s in samples] for i in range(0, len(samples[0]), batch_size)]
+
+
+def run_gptq(state: Any, backend: GPTQBackend, cfg: GradientPTQConfig, batches: List[List[Any]]) -> Dict[str, Any]:
+    """The facades' GPTQ after PTQ (``state``: PTQ's pipeline state, its float graph kept): train on
+    ``batches`` (the GPTQ data, one list of arrays per batch), with the analytic bias correction of PTQ's
+    statistics as the measured one's rival; the trained graph becomes the state's graph. Returns
+    UserInformation.gptq_info_dict."""
+    from hwquant.core.passes.bias_correction import apply_bias_correction
+
+    batch_size = training_batch_size(batches)
+    samples = [backend.ops.concat([b[k] for b in batches]) for k in range(len(batches[0]))]
+    info = gptq_train(state.float_graph, backend, cfg, samples, batch_size,
+                      analytic_correction=lambda graph, kernels: apply_bias_correction(
+                          graph, state.adapter, state.statistics, quantized_kernels=kernels))
+    state.graph, state.float_graph = state.float_graph, None
+    state.report.bias_corrected = len(info["bias_corrected"])
+    return info
 
 
 def check_same_steps(collective: Collective, n_samples: int, batch_size: int) -> None:

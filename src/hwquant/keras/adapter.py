@@ -181,6 +181,10 @@ class KerasAdapter(KerasCorrectionFacts):
     def fake_quantized_model(self, graph: Graph) -> Any:
         return self.build(graph, quantized=True)
 
+    def node_runner(self, graph: Graph) -> Any:
+        from hwquant.keras.quantized_model import NodeRunner
+        return NodeRunner(graph)
+
     def relative_output_errors(self, reference: Any, models: Sequence[Any], data: Iterable[List[Any]],
                                max_samples: int) -> List[float]:
         energy, errors, seen = 0.0, [0.0] * len(models), 0

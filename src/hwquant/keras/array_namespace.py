@@ -68,3 +68,38 @@ class KerasNamespace(quant_math.ArrayNamespace):
 
 
 quant_math.register_namespace(KerasNamespace())
+
+
+class KerasOps:
+    """The tensor operations of the framework-free training losses (gptq/training.py's GPTQOps) on Keras
+    tensors (channels last); the samples and the teacher cache stay numpy arrays, handed to the models as tensors."""
+    channel_axis = -1
+    square, sigmoid, abs, stack = (staticmethod(f) for f in (ops.square, ops.sigmoid, ops.abs, ops.stack))
+    reshape, clip, power = (staticmethod(f) for f in (ops.reshape, ops.clip, ops.power))
+
+    def mean(self, x, axis=None):
+        return ops.mean(x, axis=axis)
+
+    def sum(self, x, axis=None):
+        return ops.sum(x, axis=axis)
+
+    def max(self, x):
+        return ops.max(x)
+
+    def maximum(self, x, floor):
+        return ops.maximum(x, floor)
+
+    def like(self, x, other):
+        return ops.cast(ops.convert_to_tensor(x), other.dtype)
+
+    def concat(self, parts):
+        return np.concatenate([np.asarray(ops.convert_to_numpy(p)) for p in parts])
+
+    def take(self, x, rows):
+        return ops.convert_to_tensor(np.asarray(x)[rows])
+
+    def nbytes(self, x):
+        return int(np.prod(x.shape)) * np.dtype(keras.backend.standardize_dtype(x.dtype)).itemsize
+
+
+OPS = KerasOps()

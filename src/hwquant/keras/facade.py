@@ -15,44 +15,6 @@ from hwquant.errors import InvalidConfigError
 log = logging.getLogger("hwquant.keras")
 
 
-def _session(in_model: Any, representative_data_gen: Callable[[], Any], core_config: Any, tpc_source: Any):
-    from hwquant.core.pipeline_state import PipelineState
-    from hwquant.keras.adapter import KerasAdapter
-    from hwquant.keras.capture import capture
-    from hwquant.keras.data import KerasRepresentativeData
-    from hwquant.tpc import get_target_platform_capabilities
-    from hwquant.tpc.serialization import load_target_platform_capabilities
-
-    if tpc_source is None:
-        tpc_source = get_target_platform_capabilities()
-    if not isinstance(core_config, CoreConfig):
-        raise InvalidConfigError(f"core_config must be a CoreConfig, got {type(core_config).__name__}")
-    tpc = load_target_platform_capabilities(tpc_source)
-    data = KerasRepresentativeData(representative_data_gen)
-    example = data.first_batch()
-    graph = capture(in_model, example)
-    _keep_output_structure(graph, in_model)
-    data.n_inputs = len(example)
-    return PipelineState(graph, core_config, KerasAdapter(graph), tpc), data
-
-
-def _keep_output_structure(graph: Any, in_model: Any) -> None:
-    """Give the graph the model's own output structure (a dict of heads, nested lists): the capture
-    lists the outputs flat, in keras.tree's order, and a quantized model returning that list would
-    hand a dict model's heads back in sorted-key order, unnamed."""
-    import keras
-
-    from hwquant.keras.capture import functional_of
-
-    struct = getattr(functional_of(in_model), "_outputs_struct", None)
-    if not isinstance(struct, (dict, list, tuple)) or \
-            (isinstance(struct, list) and not any(isinstance(s, (dict, list, tuple)) for s in struct)):
-        return  # one tensor, or a flat list: the capture's form already
-    flat = graph.outputs if isinstance(graph.outputs, list) else [graph.outputs]
-    if len(keras.tree.flatten(struct)) == len(flat):
-        graph.outputs = keras.tree.pack_sequence_as(struct, flat)
-
-
 def keras_post_training_quantization(in_model: Any, representative_data_gen: Callable[[], Any],
                                      target_resource_utilization: Optional[ResourceUtilization] = None,
                                      core_config: CoreConfig = CoreConfig(),
@@ -66,7 +28,7 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
         return in_model, None
     start = time.perf_counter()
     with KERAS_LOCK:
-        state, _ = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
+        _, state = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
                                  target_platform_capabilities)
         # (the bias-correction judge's model is this graph's quantized model: no second build)
         model = state.judged_model if state.judged_model is not None else state.adapter.build(state.graph, quantized=True)
@@ -78,14 +40,15 @@ def keras_post_training_quantization(in_model: Any, representative_data_gen: Cal
 def run_keras_ptq(in_model: Any, representative_data_gen: Callable[[], Any],
                   target_resource_utilization: Optional[ResourceUtilization], core_config: CoreConfig,
                   target_platform_capabilities: Any, keep_float_graph: bool = False) -> Tuple[Any, Any]:
-    """The PTQ pipeline on a Keras model: (final pipeline state, representative data); the caller holds
-    KERAS_LOCK. QAT and GPTQ start here too (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
+    """The PTQ pipeline on a Keras model: (session, final pipeline state); the caller holds KERAS_LOCK. QAT
+    and GPTQ start here too (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
     from hwquant.core.pipeline import run_ptq
+    from hwquant.keras.session import start_session
 
     check_target(target_resource_utilization)
-    state, data = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
-    state.target = target_resource_utilization
-    return run_ptq(state, data, keep_float_graph=keep_float_graph), data
+    session = start_session(in_model, representative_data_gen, core_config, target_platform_capabilities)
+    session.state.target = target_resource_utilization
+    return session, run_ptq(session.state, session.data, keep_float_graph=keep_float_graph)
 
 
 def keras_resource_utilization_data(in_model: Any, representative_data_gen: Callable[[], Any],
@@ -96,10 +59,12 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
     from hwquant.core.pipeline import prepare
     from hwquant.core.resource_utilization import base_config, compute_resource_utilization
 
+    from hwquant.keras.session import start_session
+
     with KERAS_LOCK:
-        state, _ = _session(in_model, representative_data_gen, core_config, target_platform_capabilities)
-        prepare(state)
-        return compute_resource_utilization(state.graph, base_config, state.adapter)
+        session = start_session(in_model, representative_data_gen, core_config, target_platform_capabilities)
+        prepare(session.state)
+        return compute_resource_utilization(session.graph, base_config, session.adapter)
 
 
 @keras_call

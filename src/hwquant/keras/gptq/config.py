@@ -22,7 +22,7 @@ def get_keras_gptq_config(n_epochs: int, optimizer: Optional[Any] = None, optimi
     the rest, SGD (lr 1e-4, momentum 0.9) for the biases; Hessian-based loss weights, per sample
     (sample-layer attention) by default; gradual activation quantization on by default. The optimizers
     given are copied (class and settings) for the variables they train. ``loss`` None takes the default
-    loss of the chosen weighting (keras/gptq/loss.py)."""
+    loss of the chosen weighting (gptq/loss.py)."""
     for name, value in (("optimizer", optimizer), ("optimizer_rest", optimizer_rest)):
         if value is not None and not isinstance(value, keras.optimizers.Optimizer):
             raise TypeError(f"{name} must be a keras.optimizers.Optimizer (e.g. keras.optimizers.Adam(learning_rate=1e-2)) "

@@ -5,15 +5,12 @@ import logging
 import time
 from typing import Any, Callable, Optional, Tuple
 
-import numpy as np
-
 from hwquant.concurrency import KERAS_LOCK
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
-from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.training import check_gptq_arguments, gptq_train, training_batch_size
+from hwquant.gptq.training import check_gptq_arguments, run_gptq
 from hwquant.keras.data import KerasRepresentativeData
 from hwquant.keras.facade import run_keras_ptq
 
@@ -37,7 +34,7 @@ def keras_gradient_post_training_quantization(
         (quantized keras.Model, UserInformation with ``gptq_info_dict``), the model as post-training
         quantization returns it (saves, exports).
     """
-    from hwquant.keras.gptq.training import KerasGPTQBackend
+    from hwquant.keras.gptq.backend import KerasGPTQBackend
     from hwquant.keras.qat import refuse_untrained_backend
 
     if debug_bypass(core_config):
@@ -48,25 +45,20 @@ def keras_gradient_post_training_quantization(
     start = time.perf_counter()
     info_dict = {}
     with KERAS_LOCK:
-        state, data = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
-                                    target_platform_capabilities, keep_float_graph=gptq_config is not None)
-        adapter = state.adapter
+        session, state = run_keras_ptq(in_model, representative_data_gen, target_resource_utilization, core_config,
+                                       target_platform_capabilities, keep_float_graph=gptq_config is not None)
         if gptq_config is None:
             log.info("no gptq_config: post-training quantization only")
+            model = state.judged_model  # (PTQ's bias-correction judge built it: no second build)
         else:
             batches = list(KerasRepresentativeData(gptq_representative_data_gen or representative_data_gen,
-                                                   n_inputs=data.n_inputs))
-            batch_size = training_batch_size(batches)
-            samples = [np.concatenate([b[k] for b in batches]) for k in range(len(batches[0]))]
-            info_dict = gptq_train(state.float_graph, KerasGPTQBackend(adapter), gptq_config, samples, batch_size,
-                                   analytic_correction=lambda graph, kernels: apply_bias_correction(
-                                       graph, adapter, state.statistics, quantized_kernels=kernels))
-            state.graph, state.float_graph = state.float_graph, None
-            state.report.bias_corrected = len(info_dict["bias_corrected"])
-        model = adapter.build(state.graph, quantized=True)
+                                                   n_inputs=session.data.n_inputs))
+            info_dict = run_gptq(state, KerasGPTQBackend(session.adapter), gptq_config, batches)
+            model = None
+        model = model if model is not None else session.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras",
                                                    "gptq" if gptq_config is not None else "ptq", state)
-    info = user_information(state, adapter)
+    info = user_information(state, session.adapter)
     info.gptq_info_dict = info_dict
     log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return model, info

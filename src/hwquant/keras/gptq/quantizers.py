@@ -15,7 +15,8 @@ from keras import ops
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType, checked_gptq_quantizer_args
-from hwquant.gptq.soft_rounding import SOFT_ROUNDING_GAMMA, SOFT_ROUNDING_ZETA, initial_soft_rounding
+from hwquant.gptq.soft_rounding import initial_soft_rounding, rounding_regularization, soft_targets
+from hwquant.keras.array_namespace import OPS
 from hwquant.keras.trainable.quantizers import TrainableAffineQuantizer, affine_fake_quantize
 from hwquant.trainable_infrastructure.common import QuantizationTarget, VariableGroup, mark_quantizer
 from hwquant.trainable_infrastructure.quantizer_spec import SYMMETRIC_METHODS, UNIFORM_METHODS
@@ -75,8 +76,7 @@ class _SoftRounding(BaseKerasGPTQTrainableQuantizer):
         return initial_soft_rounding(quant_math.rounding_remainders(w, numpy_grid))
 
     def soft_targets(self) -> Any:
-        """h(v): how far up each weight rounds, in [0, 1]."""
-        return ops.clip(ops.sigmoid(self.auxvar) * (SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA) + SOFT_ROUNDING_GAMMA, 0, 1)
+        return soft_targets(OPS, self.auxvar)
 
     def __call__(self, inputs: Any, training: Any = True) -> Any:
         h = self.soft_targets()
@@ -85,8 +85,7 @@ class _SoftRounding(BaseKerasGPTQTrainableQuantizer):
         return quant_math.soft_rounded(ops.convert_to_tensor(inputs), self.grid(), h)
 
     def rounding_regularization(self, beta: float) -> Any:
-        # sum of 1 - |2h - 1|^beta: 0 once every h is 0 or 1; a high beta (early) only bites near 0.5
-        return ops.sum(1 - ops.power(ops.abs(2 * self.soft_targets() - 1), beta))
+        return rounding_regularization(OPS, self.auxvar, beta)
 
 
 class _STERounding(BaseKerasGPTQTrainableQuantizer):

@@ -11,12 +11,11 @@ from hwquant.concurrency import framework_call
 from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
 from hwquant.core.facade_common import debug_bypass, user_information
 from hwquant.core.model_metadata import quantization_metadata
-from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.training import check_gptq_arguments, gptq_train
+from hwquant.gptq.training import check_gptq_arguments, run_gptq
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
-from hwquant.torch.gptq.training import TorchGPTQBackend, training_samples
+from hwquant.torch.gptq.backend import TorchGPTQBackend
 from hwquant.torch.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")
@@ -46,27 +45,20 @@ def pytorch_gradient_post_training_quantization(
     start = time.perf_counter()
     session, state = run_pytorch_ptq(model, representative_data_gen, target_resource_utilization, core_config,
                                      target_platform_capabilities, keep_float_graph=gptq_config is not None)
-    adapter = session.adapter
     info_dict = {}
     if gptq_config is None:
         log.info("no gptq_config: post-training quantization only")
     else:
-        data = RepresentativeData(gptq_representative_data_gen or representative_data_gen,
-                                  n_inputs=session.data.n_inputs, device=adapter.device, model=model)
-        batches = list(data)
+        batches = list(RepresentativeData(gptq_representative_data_gen or representative_data_gen,
+                                          n_inputs=session.data.n_inputs, device=session.adapter.device, model=model))
         if session.data.uniform_shapes:  # calibrated on one size: GPTQ data of another size is a mistake
             check_same_input_shapes(batches[0], [n.output_shape for n in state.graph.input_nodes],
                                     "gptq_representative_data_gen")
-        samples, batch_size = training_samples(batches)
-        info_dict = gptq_train(state.float_graph, TorchGPTQBackend(adapter), gptq_config, samples, batch_size,
-                               analytic_correction=lambda graph, kernels: apply_bias_correction(
-                                   graph, adapter, state.statistics, quantized_kernels=kernels))
-        state.graph, state.float_graph = state.float_graph, None
-        state.report.bias_corrected = len(info_dict["bias_corrected"])
-    quantized = adapter.build(state.graph, quantized=True).eval()
+        info_dict = run_gptq(state, TorchGPTQBackend(session.adapter), gptq_config, batches)
+    quantized = session.adapter.build(state.graph, quantized=True).eval()
     attach_metadata(quantized, quantization_metadata(session.state.tpc, core_config, "pytorch",
                                                      "gptq" if gptq_config is not None else "ptq", state))
-    info = user_information(state, adapter)
+    info = user_information(state, session.adapter)
     info.gptq_info_dict = info_dict
     log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return quantized, info

@@ -26,7 +26,8 @@ from torch import nn
 from hwquant.core import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType, checked_gptq_quantizer_args
-from hwquant.gptq.soft_rounding import SOFT_ROUNDING_GAMMA, SOFT_ROUNDING_ZETA
+from hwquant.gptq.soft_rounding import initial_soft_rounding, rounding_regularization, soft_targets
+from hwquant.torch.array_namespace import OPS
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
 from hwquant.torch.trainable.quantizers import _SYMMETRIC, _UNIFORM, TrainableAffineQuantizer
@@ -83,13 +84,11 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
 class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
 
     def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
-        rest = quant_math.rounding_remainders(w, self.grid())  # in [0, 1): sigmoid(v) (zeta - gamma) + gamma = rest
-        return -torch.log((SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA) / (rest - SOFT_ROUNDING_GAMMA) - 1)
+        rest = quant_math.rounding_remainders(w, self.grid())
+        return torch.from_numpy(initial_soft_rounding(rest.detach().cpu().numpy())).to(w)
 
     def soft_targets(self) -> torch.Tensor:
-        """h(v): how far up each weight rounds, in [0, 1]."""
-        return (torch.sigmoid(self.auxvar) * (SOFT_ROUNDING_ZETA - SOFT_ROUNDING_GAMMA)
-                + SOFT_ROUNDING_GAMMA).clamp(0, 1)
+        return soft_targets(OPS, self.auxvar)
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
         self._check(w)
@@ -100,8 +99,7 @@ class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
         return quant_math.soft_rounded(w, grid, h)
 
     def rounding_regularization(self, beta: float) -> torch.Tensor:
-        # sum of 1 - |2h - 1|^beta: 0 once every h is 0 or 1; a high beta (early) only bites near 0.5
-        return (1 - (2 * self.soft_targets() - 1).abs().pow(beta)).sum()
+        return rounding_regularization(OPS, self.auxvar, beta)
 
 
 class _STERounding(BasePytorchGPTQTrainableQuantizer):
