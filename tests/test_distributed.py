@@ -276,20 +276,20 @@ def test_the_documented_torchrun_recipe(tmp_path):
 
 
 def test_only_rank_0_writes_files(tmp_path, caplog):
-    from hwquant.core import distributed
+    from hwquant import process_rank as ranks
     from hwquant.fileio import atomic_write
-    previous = distributed._process_rank
+    previous = ranks._process_rank
     try:
-        distributed.register_process_rank(lambda: 1)
+        ranks.register_process_rank(lambda: 1)
         with caplog.at_level("INFO", logger="hwquant"):
             atomic_write(tmp_path / "model.onnx", b"rank 1's bytes")
         assert not (tmp_path / "model.onnx").exists() and list(tmp_path.iterdir()) == []
         assert "rank 1: " in caplog.text and "is written by rank 0" in caplog.text
-        distributed.register_process_rank(lambda: 0)
+        ranks.register_process_rank(lambda: 0)
         atomic_write(tmp_path / "model.onnx", b"rank 0's bytes")
         assert (tmp_path / "model.onnx").read_bytes() == b"rank 0's bytes"
     finally:
-        distributed.register_process_rank(previous)
+        ranks.register_process_rank(previous)
 
 
 def test_a_batch_sliced_from_the_dataset_is_sent_alone():

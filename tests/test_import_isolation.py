@@ -40,9 +40,9 @@ def _type_checking_nodes(tree: ast.AST) -> set:
     return hidden
 
 
-def _imported(name: str, path: pathlib.Path):
-    """Every module `name` imports (statements anywhere in it, importlib.import_module and lazy_table
-    targets), resolved to hwquant's modules; TYPE_CHECKING blocks excluded."""
+def _imported(name: str, path: pathlib.Path, tables: bool = True):
+    """Every module `name` imports (statements anywhere in it, importlib.import_module and, with `tables`,
+    lazy_table targets), resolved to hwquant's modules; TYPE_CHECKING blocks excluded."""
     tree = ast.parse(path.read_text())
     hidden = _type_checking_nodes(tree)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -62,9 +62,9 @@ def _imported(name: str, path: pathlib.Path):
             callee = ast.unparse(node.func)
             if callee.endswith("import_module") and node.args and isinstance(node.args[0], ast.Constant):
                 yield node.args[0].value
-            if callee == "lazy_table" and len(node.args) > 1 and isinstance(node.args[1], ast.Dict):
+            if callee == "lazy_table" and tables and len(node.args) > 1 and isinstance(node.args[1], ast.Dict):
                 yield from (v.value for v in node.args[1].values if isinstance(v, ast.Constant))
-            if callee == "lazy_table" and len(node.args) > 1 and isinstance(node.args[1], ast.DictComp):
+            if callee == "lazy_table" and tables and len(node.args) > 1 and isinstance(node.args[1], ast.DictComp):
                 yield from (n.value for n in ast.walk(node.args[1]) if isinstance(n, ast.Constant)
                             and isinstance(n.value, str) and n.value.startswith("hwquant."))
 
@@ -92,6 +92,54 @@ def test_no_import_cycle():
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
         pytest.fail(f"import cycle: {' -> '.join(e.args[1])}")
+
+
+def _package(module: str) -> str:
+    """The top-level package (or module) of hwquant holding `module`: hwquant.core.graph -> core,
+    hwquant.fileio -> fileio; hwquant itself -> ''."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _package_graph() -> dict:
+    """{top-level package: the top-level packages it imports}, through import statements anywhere (in
+    functions too) and import_module calls. The public namespaces' lazy tables are left out: they are the
+    one way up by design (mct.qat's Keras names resolve to hwquant.keras.qat, which imports hwquant.qat.config),
+    resolved on first use, after both sides are loaded."""
+    graph: dict = {}
+    for name, path in MODULES.items():
+        here = _package(name)
+        if here:
+            targets = {_package(r) for t in _imported(name, path, tables=False) if t.startswith("hwquant")
+                       for r in [_resolve(t)] if r}
+            graph.setdefault(here, set()).update(targets - {here, ""})
+    return graph
+
+
+def test_no_package_cycle():
+    """hwquant's top-level packages and modules (core, tpc, fileio, gptq, qat, exporter, xquant, ...) form
+    layers: none imports, through any chain of the others, from itself (core -> tpc -> fileio -> core was
+    one: fileio asked core who writes files; process_rank.py is now a leaf that both ask)."""
+    graph = _package_graph()
+    assert {"core", "tpc", "fileio", "torch", "keras", "process_rank"} <= set(graph)
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e:
+        cycle = e.args[1][::-1]  # (graphlib lists each node before the ones that import it)
+        edges = [f"{a} -> {b}: " + ", ".join(sorted({
+            f"{m} imports {r}" for m, p in MODULES.items() if _package(m) == a
+            for t in _imported(m, p, tables=False) for r in [_resolve(t)] if r and _package(r) == b})[:3])
+            for a, b in zip(cycle, cycle[1:])]
+        pytest.fail("package cycle: " + " -> ".join(cycle) + "\n" + "\n".join(edges))
+
+
+def test_a_package_cycle_is_found():
+    # the graph holds the edges the check needs: function-level imports, not lazy tables
+    graph = _package_graph()
+    assert "fileio" in graph["tpc"] and "core" in graph["torch"] and "torch" not in graph["qat"]
+    assert graph["process_rank"] == set() and "core" not in graph["fileio"]
+    assert "exporter" in graph["keras"]  # (keras/command_line.py imports hwquant.exporter inside a function)
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter({**graph, "process_rank": {"core"}}).prepare()
 
 
 def test_a_cycle_is_found(monkeypatch):

@@ -9,8 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, List, Union
 
-from hwquant.core.distributed import process_rank
 from hwquant.errors import FileWriteError
+from hwquant.process_rank import process_rank
 
 
 def _umask() -> int:

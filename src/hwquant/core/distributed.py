@@ -31,6 +31,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from hwquant.errors import HwquantError
+# the rank of this process (torch/distributed.py registers torch's): a leaf of its own, which fileio asks
+# without importing core
+from hwquant.process_rank import process_rank, register_process_rank  # noqa: F401 (re-exported)
 
 log = logging.getLogger("hwquant.distributed")
 
@@ -95,20 +98,6 @@ class SingleProcess(Collective):
 
 
 SINGLE_PROCESS = SingleProcess()
-
-
-# The rank of this process in a multi-process run, as the framework tells it (torch/distributed.py
-# registers it on import); files are written by rank 0 only (fileio.write_through_temporary).
-_process_rank: Callable[[], int] = lambda: 0
-
-
-def register_process_rank(rank_of_this_process: Callable[[], int]) -> None:
-    global _process_rank
-    _process_rank = rank_of_this_process
-
-
-def process_rank() -> int:
-    return _process_rank()
 
 
 # ------------------------------------------------------------------------------------------- checks
