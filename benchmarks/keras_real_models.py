@@ -37,7 +37,7 @@ around a face.
 REGISTRY maps a name to its loader, `loader(keras=None) -> KerasRealModel`. `python -m
 benchmarks.keras_real_models [name ...]` loads each and prints checks that the weights are the
 trained ones (face decisions on faces / non-faces; emotions on faces; the MTCNN nets against
-facenet-pytorch's, which ship the same weights: benchmarks/real_models.py).
+facenet-pytorch's, which ship the same weights: benchmarks/real_models/mtcnn_face.py).
 """
 from __future__ import annotations
 
@@ -467,7 +467,7 @@ def check(name: str) -> str:
 
 
 def _against_facenet_pytorch(name: str, x: List[np.ndarray], out: List[np.ndarray]) -> str:
-    """facenet-pytorch ships the same MTCNN weights (benchmarks/real_models.py's torch nets): both outputs."""
+    """facenet-pytorch ships the same MTCNN weights (benchmarks/real_models/mtcnn_face.py): both outputs."""
     try:
         import torch
 

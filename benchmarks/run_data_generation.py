@@ -167,7 +167,7 @@ def run_model(name: str, args) -> dict:
     return result
 
 
-# further real models (benchmarks/real_models.py, keras_real_models.py): other input sizes, channel counts, few or
+# further real models (benchmarks/real_models/, keras_real_models.py): other input sizes, channel counts, few or
 # no batch norms; each takes its own input range, so the images are not clipped (NO_NORMALIZATION)
 REAL_MODELS = ["torch:ddddocr_det_yolox", "torch:mtcnn_onet", "keras:fer_emotion", "keras:mtcnn_rnet"]
 

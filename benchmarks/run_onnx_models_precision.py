@@ -1,4 +1,4 @@
-"""Precision options for the real models shipped as ONNX (benchmarks/real_models.py, converted by onnx2torch):
+"""Precision options for the real models shipped as ONNX (benchmarks/real_models/, converted by onnx2torch):
 what the IMX500 TPCs allow to recover their output fidelity, printed as a markdown table.
 
     .venv/bin/python benchmarks/run_onnx_models_precision.py [--models ppocr_det_dbnet] [--calib 64 --eval 64]

@@ -302,7 +302,7 @@ def main(argv=None) -> None:
 
     body = (f"Measured {datetime.date.today()} on {platform.machine()} CPU ({args.threads} threads), by "
             f"`benchmarks/run_real_models.py`: {args.calib} calibration samples and {args.eval} other evaluation "
-            "samples per model (`benchmarks/real_models.py`: real images and rendered text lines, synthetic "
+            "samples per model (`benchmarks/real_models/`: real images and rendered text lines, synthetic "
             "speech), each tool with its defaults (hwquant and MCT: IMX500 1.0 TPC; ONNX Runtime: QDQ, per-channel "
             "int8 weights, int8 activations, MinMax, on the shipped file for models that ship as ONNX; against it, "
             "hwquant with the TFLite TPC, uniform activations "

@@ -24,7 +24,7 @@ fi
 if ! "$VPY" -c "import onnx, onnxscript" 2>/dev/null; then
     "$VPY" -m pip install --quiet onnx onnxscript
 fi
-# onnx2torch converts the real models shipped as ONNX (benchmarks/real_models.py) for MCT too; --no-deps:
+# onnx2torch converts the real models shipped as ONNX (benchmarks/real_models/) for MCT too; --no-deps:
 # its torch / torchvision / onnx pins must not move the ones above (torchvision is present here).
 if ! "$VPY" -c "import importlib.metadata as m; assert m.version('onnx2torch') == '1.5.15'" 2>/dev/null; then
     "$VPY" -m pip install --quiet --no-deps onnx2torch==1.5.15

@@ -7,7 +7,7 @@ bash scripts/venv_cpu_torch.sh .venv
 VPY=.venv/bin/python
 "$VPY" -m pip install --quiet -e ".[torch,onnx,keras,test,lint,report,docs]"
 # onnx2torch (the tests' and benchmarks' converter of the ONNX files packages ship) without its declared
-# torchvision requirement, which would replace the CPU torch; benchmarks/real_models.import_onnx2torch loads it.
+# torchvision requirement, which would replace the CPU torch; benchmarks/real_models/onnx_convert.py loads it.
 "$VPY" -m pip install --quiet --no-deps "onnx2torch==1.5.15"
 # The code of the packages that call hwquant as model_compression_toolkit (Ultralytics' IMX500 export,
 # Sony's edge-mdt-tpc and edge-mdt-cl), kept out of .venv (--no-deps --target): the tests read their
