@@ -1,11 +1,13 @@
 """The house rule, checked: framework code lives in hwquant/torch and hwquant/keras only; every other
 module is framework-free; the public namespaces resolve framework names lazily (`import hwquant` loads
-no framework, a missing framework is said with the extra to install); no import cycle anywhere."""
+no framework, a missing framework is said with the extra to install); no import cycle anywhere, between
+modules (the table of MCT's module paths included) or between hwquant's top-level packages."""
 import ast
 import graphlib
 import importlib.util
 import json
 import pathlib
+import runpy
 import subprocess
 import sys
 import textwrap
@@ -26,6 +28,15 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 MODULES = {_module_name(p): p for p in SRC.rglob("*.py")}
+# the table of MCT's module paths, {module: {name: home}} (hwquant/mct_paths.py, which imports nothing): its
+# modules without a file are made on import; each name resolves to its home on first use
+TABLE = runpy.run_path(str(SRC / "mct_paths.py"))["MODULES"]
+KNOWN = set(MODULES) | set(TABLE)  # every importable module of hwquant
+
+
+def _homes(module: str) -> set:
+    """The modules the table's names of `module` resolve to (as a lazy table's targets)."""
+    return {home.partition(":")[0] for home in TABLE.get(module, {}).values()}
 
 
 def _framework_free_files():
@@ -57,7 +68,7 @@ def _imported(name: str, path: pathlib.Path, tables: bool = True):
                 up = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join(up + ([node.module] if node.module else []))
             for alias in node.names:
-                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base
+                yield f"{base}.{alias.name}" if f"{base}.{alias.name}" in KNOWN else base
         elif isinstance(node, ast.Call):
             callee = ast.unparse(node.func)
             if callee.endswith("import_module") and node.args and isinstance(node.args[0], ast.Constant):
@@ -70,9 +81,20 @@ def _imported(name: str, path: pathlib.Path, tables: bool = True):
 
 
 def _resolve(target: str) -> str:
-    while target and target not in MODULES:
+    while target and target not in KNOWN:
         target = target.rpartition(".")[0]
     return target
+
+
+def _module_graph() -> dict:
+    """{module: the modules it imports}: statements, import_module calls, lazy-table targets, and for the
+    table's modules (with a file or without) the homes of their names."""
+    graph = {}
+    for name in sorted(KNOWN):
+        targets = set(_imported(name, MODULES[name])) if name in MODULES else set()
+        graph[name] = {r for t in targets | _homes(name) if t.startswith("hwquant")
+                       for r in [_resolve(t)] if r and r != name}
+    return graph
 
 
 def test_framework_free_modules_import_no_framework():
@@ -83,11 +105,32 @@ def test_framework_free_modules_import_no_framework():
     assert offenders == {}, "framework code outside hwquant/torch and hwquant/keras"
 
 
+def test_the_table_of_module_paths_is_framework_free_and_its_homes_exist():
+    """Every home of hwquant/mct_paths.py is a module of hwquant (a framework's own modules are reached
+    through hwquant.torch / hwquant.keras, resolved on first use); every table module's parent is a package
+    of hwquant or of the table; every module of the table without a file has none of its own."""
+    assert len(TABLE) > 45
+    homes = {module: _homes(module) for module in TABLE}
+    assert {m: sorted(h - KNOWN) for m, h in homes.items() if h - KNOWN} == {}
+    assert not any(h.split(".")[0] in FRAMEWORKS for hs in homes.values() for h in hs)
+    assert all(h.startswith("hwquant.") for hs in homes.values() for h in hs)
+    parents = {m.rpartition(".")[0] for m in TABLE}
+    assert parents <= KNOWN and all(p in TABLE or MODULES[p].name == "__init__.py" for p in parents)
+    with_file = {m for m in TABLE if m in MODULES}
+    assert with_file == {"hwquant.target_platform_capabilities", "hwquant.target_platform_capabilities.schema"}
+    assert all("_served(__name__" in MODULES[m].read_text() for m in with_file)  # their names: the table's
+
+
+def test_importing_every_module_of_the_table_loads_no_framework():
+    code = ("import sys, importlib, runpy; "
+            f"[importlib.import_module(m) for m in runpy.run_path({str(SRC / 'mct_paths.py')!r})['MODULES']]; "
+            f"print([m for m in sys.modules if m.split('.')[0] in {FRAMEWORKS!r}])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"importing the table's modules loaded {out}"
+
+
 def test_no_import_cycle():
-    graph = {}
-    for name, path in MODULES.items():
-        graph[name] = {r for t in _imported(name, path) if t.startswith("hwquant")
-                       for r in [_resolve(t)] if r and r != name}
+    graph = _module_graph()
     try:
         graphlib.TopologicalSorter(graph).prepare()
     except graphlib.CycleError as e:
@@ -147,8 +190,21 @@ def test_a_cycle_is_found(monkeypatch):
     graph = {"hwquant.ptq": {"hwquant.torch.facade"}, "hwquant.torch.facade": {"hwquant.ptq"}}
     with pytest.raises(graphlib.CycleError):
         graphlib.TopologicalSorter(graph).prepare()
-    tree_edges = list(_imported("hwquant.ptq", MODULES["hwquant.ptq"]))
-    assert "hwquant.torch.facade" in tree_edges and "hwquant.keras.facade" in tree_edges
+    tree_edges = list(_imported("hwquant.pruning", MODULES["hwquant.pruning"]))
+    assert "hwquant.torch.pruning" in tree_edges and "hwquant.keras.pruning" in tree_edges
+    # ... and through the table of module paths: a table module leads to its names' homes, a module
+    # importing a table module to it
+    edges = _module_graph()
+    assert {"hwquant.torch.facade", "hwquant.keras.facade"} <= edges["hwquant.ptq"]  # (a lazy table)
+    assert "hwquant.ptq" in edges["hwquant.wrapper.mct_wrapper"]
+    assert {"hwquant.keras.xquant"} == edges["hwquant.xquant.keras.facade_xquant_report"]
+    assert "hwquant.core.network_editor" in edges["hwquant.core.common.network_editors"]
+    assert "hwquant.tpc" in edges["hwquant.target_platform_capabilities"]  # (a table module with a file)
+    assert "hwquant.target_platform_capabilities.schema.mct_current_schema" in \
+        edges["hwquant.target_platform_capabilities.schema.v1"]
+    monkeypatch.setitem(TABLE, "hwquant.tpc.enums", {"X": "hwquant.target_platform"})  # enums -> ... -> enums
+    with pytest.raises(graphlib.CycleError):
+        graphlib.TopologicalSorter(_module_graph()).prepare()
 
 
 @pytest.mark.parametrize("module", PUBLIC)

@@ -6,7 +6,9 @@ became entries of one table (hwquant/mct_paths.py); it must keep holding whateve
 import importlib
 import importlib.util
 import pickle
+import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -422,3 +424,100 @@ def test_objects_pickle_by_reference():
             obj = _home(home)
             if isinstance(obj, type) or callable(obj):
                 assert pickle.loads(pickle.dumps(obj)) is obj, (module, name)
+
+
+# ------------------------------------------------------------------ how the table's modules are made
+def test_the_table_modules_are_listed_and_resolved_as_modules():
+    import pkgutil
+
+    import hwquant
+    from hwquant.mct_paths import MODULES
+    listed = {m.name: m.ispkg for m in pkgutil.iter_modules(hwquant.qat.__path__)}
+    assert listed["keras"] and not listed["config"]
+    quantizer = importlib.import_module("hwquant.qat.keras.quantizer")
+    assert {(m.name, m.ispkg) for m in pkgutil.iter_modules(quantizer.__path__)} == {
+        ("base_keras_qat_weight_quantizer", False), ("lsq", True), ("ste_rounding", True)}
+    walked = {m.name for m in pkgutil.walk_packages(hwquant.trainable_infrastructure.__path__,
+                                                    "hwquant.trainable_infrastructure.")}
+    assert {m for m in MODULES if m.startswith("hwquant.trainable_infrastructure.")} <= walked
+    assert {"target_platform", "target_platform_capabilities"} <= {m.name for m in pkgutil.iter_modules(hwquant.__path__)}
+    assert pkgutil.resolve_name("hwquant.target_platform:TargetPlatformModel") is hwquant.tpc.legacy.TargetPlatformModel
+    made = importlib.import_module("hwquant.core.common.network_editors")
+    assert not hasattr(made, "__file__") and made.__spec__.origin.endswith("mct_paths.py") and made.__doc__
+    from hwquant.core import network_editor
+    assert made.__all__ == network_editor.__all__ and set(network_editor.__all__) <= set(dir(made))
+    scope: dict = {}
+    exec("from hwquant.core.common.network_editors import *", scope)
+    assert scope["NodeNameFilter"] is network_editor.NodeNameFilter
+    v2 = importlib.import_module("hwquant.target_platform_capabilities.schema.v2")
+    assert "SCHEMA_VERSION" in v2.__all__ and "schema" not in importlib.import_module(
+        "hwquant.target_platform_capabilities.schema.mct_current_schema").__all__
+    with pytest.raises(AttributeError, match="NodeNameFiltr"):
+        made.NodeNameFiltr  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("hwquant.qat.keras.quantizer.nope")
+    assert importlib.reload(made) is made and made.NodeNameFilter is network_editor.NodeNameFilter
+
+
+def test_a_table_served_from_elsewhere(tmp_path, monkeypatch):
+    """The finder on a package of its own: a folder left behind (no files) does not shadow a table module;
+    a table module with a file takes its names from the table; the table's modules are listed."""
+    import pkgutil
+
+    from hwquant import lazy
+    pkg = tmp_path / "tablepkg"
+    (pkg / "gone" / "__pycache__").mkdir(parents=True)
+    (pkg / "withfile").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "real.py").write_text("X = 1\n__all__ = ['X']\n\n\ndef f():\n    return 2\n")
+    (pkg / "withfile" / "__init__.py").write_text("from hwquant.lazy import served as _s\n\n"
+                                                  "__getattr__, __dir__ = _s(__name__, globals())\n")
+    (pkg / "withfile" / "code.py").write_text("Y = 3\n")
+    table = {"tablepkg.gone": {"X": "tablepkg.real", "g": "tablepkg.real:f", "real": "tablepkg.real:"},
+             "tablepkg.gone.leaf": {"*": "tablepkg.real"},
+             "tablepkg.withfile": {"code": "tablepkg.withfile.code:", "X": "tablepkg.real"},
+             "tablepkg.withfile.made": {}}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    lazy.serve_modules(table, str(tmp_path / "table.py"))
+    try:
+        import tablepkg.gone as gone
+        real = importlib.import_module("tablepkg.real")
+        assert gone.__spec__.origin == str(tmp_path / "table.py") and gone.__path__ == [lazy.TABLE_ENTRY + "tablepkg.gone"]
+        assert gone.X == 1 and gone.g is real.f and gone.real is real and gone.leaf.X == 1 and gone.leaf.__all__ == ["X"]
+        assert sorted(dir(gone)) == ["X", "g", "leaf", "real"]
+        import tablepkg.withfile as withfile
+        assert withfile.__file__ == str(pkg / "withfile" / "__init__.py")
+        assert withfile.X == 1 and withfile.code.Y == 3 and withfile.made is sys.modules["tablepkg.withfile.made"]
+        import tablepkg
+        assert {m.name for m in pkgutil.iter_modules(tablepkg.__path__)} == {"gone", "real", "withfile"}
+        assert {m.name for m in pkgutil.iter_modules(withfile.__path__)} == {"code", "made"}
+        assert importlib.util.find_spec("tablepkg.gone.leaf").loader is importlib.util.find_spec("tablepkg.gone").loader
+    finally:
+        for name in [m for m in sys.modules if m.split(".")[0] == "tablepkg"]:
+            del sys.modules[name]
+
+
+def test_a_stand_in_pickles_by_its_path():
+    # without its framework, a table module's name is a stand-in; pickled by reference, it comes back
+    code = textwrap.dedent("""
+        import pickle, sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("keras", "tensorflow"):
+                    raise ModuleNotFoundError(name, name=name)
+        sys.meta_path.insert(0, Block())
+        from hwquant.qat.keras.quantizer.lsq.symmetric_lsq import LSQWeightQATQuantizer as Q
+        from hwquant import lazy
+        assert lazy.is_stand_in(Q) and Q.__module__ == "hwquant.qat.keras.quantizer.lsq.symmetric_lsq"
+        assert pickle.loads(pickle.dumps(Q)) is Q
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_alias_keeps_the_specs(mct_alias):
+    made = importlib.import_module("model_compression_toolkit.qat.keras.quantizer.lsq")
+    assert made is importlib.import_module("hwquant.qat.keras.quantizer.lsq")
+    assert made.__spec__.name == "hwquant.qat.keras.quantizer.lsq" and made.__name__ == "hwquant.qat.keras.quantizer.lsq"

@@ -2,7 +2,7 @@
 
 Nothing under `hwquant.core` imports torch, tensorflow or keras (a test enforces it).
 """
-from hwquant.core import mixed_precision_quantization_config, network_editor, quantization_config  # noqa: F401 (MCT's modules)
+from hwquant.core import network_editor, quantization_config  # noqa: F401 (MCT's modules)
 from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
                                  ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig, MpDistanceWeighting,
                                  MpMetricNormalization, QuantizationConfig, QuantizationErrorMethod,
@@ -17,7 +17,6 @@ _facade, _facade_names = lazy_table(__name__, _FACADES)
 
 
 def __getattr__(name: str):
-    if name == "common":  # MCT's internal module path that downstream code reaches (see core/common)
-        import importlib
-        return importlib.import_module("hwquant.core.common")
-    return _facade(name)  # framework facades live with their framework, loaded on first use
+    # framework facades live with their framework, loaded on first use; MCT's module paths
+    # (core.common.network_editors, core.mixed_precision_quantization_config) are in hwquant/mct_paths.py
+    return _facade(name)

@@ -2,7 +2,6 @@
 framework-free; the exporters of each framework, and the onnx / onnxruntime helpers, load on first use."""
 from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSerializationFormat,  # noqa: F401
                                       PytorchExportSerializationFormat, QuantizationFormat)
-from hwquant.exporter import model_wrapper  # noqa: F401 (mct.exporter.model_wrapper...)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {

@@ -2,7 +2,6 @@
 framework's functions load on first use (hwquant.torch.gptq, hwquant.keras.gptq)."""
 from hwquant.gptq.config import (GPTQHessianScoresConfig, GradientPTQConfig,  # noqa: F401
                                  GradualActivationQuantizationConfig, QFractionLinearAnnealingConfig, RoundingType)
-from hwquant.gptq import keras  # noqa: F401 (mct.gptq.keras.quantizer...: MCT's module paths, framework-free tables)
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {

@@ -1,6 +1,6 @@
 """MCT's names for hwquant's Keras classes, where MCT's module paths give them another name (the paths
-themselves are framework-free tables: hwquant/trainable_infrastructure/keras, hwquant/qat/keras,
-hwquant/gptq/keras, hwquant/exporter/model_wrapper), and `get_exportable_keras_model`.
+themselves, mct.trainable_infrastructure.keras..., mct.qat.keras..., mct.gptq.keras..., mct.exporter.model_wrapper...,
+are entries of the framework-free table hwquant/mct_paths.py), and `get_exportable_keras_model`.
 
 The same classes under two names, not subclasses: a model made by `mct.qat` holds hwquant's quantizers,
 and ``isinstance(q, STEWeightQATQuantizer)`` is true for it as in MCT.

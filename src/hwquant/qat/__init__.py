@@ -1,7 +1,6 @@
 """`mct.qat`: quantization-aware training; each framework's facades load on first use (hwquant.torch.qat,
 hwquant.keras.qat)."""
 from hwquant.lazy import lazy_table
-from hwquant.qat import keras  # noqa: F401 (mct.qat.keras.quantizer...)
 from hwquant.qat.config import QATConfig  # noqa: F401
 from hwquant.trainable_infrastructure.common import TrainingMethod  # noqa: F401
 

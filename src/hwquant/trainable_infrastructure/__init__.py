@@ -6,7 +6,6 @@ The configs and the registry are framework-free; each framework's quantizers loa
 classes here; the Keras ones of the same names are in hwquant.keras.trainable.
 """
 from hwquant.lazy import lazy_table
-from hwquant.trainable_infrastructure import keras  # noqa: F401 (mct.trainable_infrastructure.keras...)
 from hwquant.trainable_infrastructure.common import (QuantizationTarget, TrainingMethod, VariableGroup,  # noqa: F401
                                                      get_trainable_quantizer_class, mark_quantizer,
                                                      registered_quantizers)

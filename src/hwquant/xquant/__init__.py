@@ -2,7 +2,6 @@
 package) over a small back end per framework (hwquant.torch.xquant, hwquant.keras.xquant), whose facades
 load on first use."""
 from hwquant.lazy import lazy_table
-from hwquant.xquant import common, keras, pytorch  # noqa: F401 (MCT's module paths)
 from hwquant.xquant.config import XQuantConfig  # noqa: F401
 
 __getattr__, __dir__ = lazy_table("hwquant.xquant", {
