@@ -82,4 +82,20 @@ for f in q.onnx q.pt; do
     [ -s "$f" ] || { echo "check_wheel: hwquant quantize did not write $f"; exit 1; }
 done
 hwquant check q.onnx q.pt --data calib.npz --no-converter
+step "importing MCT's module paths (the table of hwquant/mct_paths.py, no files) from the wheel"
+python - <<'EOF'
+import importlib, pkgutil
+import hwquant
+from hwquant import mct_alias, mct_paths
+made = [importlib.import_module(m) for m in mct_paths.MODULES]
+listed = {m.name for m in pkgutil.walk_packages(hwquant.__path__, "hwquant.")}
+assert set(mct_paths.MODULES) <= listed, sorted(set(mct_paths.MODULES) - listed)
+mct_alias.enable()
+from model_compression_toolkit.core.common.network_editors import NodeNameFilter
+from model_compression_toolkit.target_platform_capabilities.schema.mct_current_schema import TargetPlatformCapabilities
+from model_compression_toolkit.qat.keras.quantizer.lsq.symmetric_lsq import LSQWeightQATQuantizer  # noqa (no keras: a stand-in)
+assert NodeNameFilter is hwquant.core.network_editor.NodeNameFilter
+assert TargetPlatformCapabilities is hwquant.tpc.TargetPlatformCapabilities
+print(f"check_wheel: {len(made)} modules of MCT's paths import from the wheel, pkgutil lists them")
+EOF
 step "the installed wheel works"
