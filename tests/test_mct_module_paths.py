@@ -70,7 +70,7 @@ RECORDED = {
         "quantizer": "gptq.keras.quantizer",
     },
     "gptq.keras.quantization_facade": {
-        "get_keras_gptq_config": "keras.gptq.config:",
+        "get_keras_gptq_config": "keras.gptq.facade:",
         "keras_gradient_post_training_quantization": "keras.gptq.facade:",
     },
     "gptq.keras.quantizer": {

@@ -93,7 +93,7 @@ MODULES: Dict[str, Dict[str, str]] = {
     "hwquant.gptq.keras": {},
     "hwquant.gptq.keras.quantization_facade": {
         "keras_gradient_post_training_quantization": "hwquant.keras.gptq.facade",
-        "get_keras_gptq_config": "hwquant.keras.gptq.config",
+        "get_keras_gptq_config": "hwquant.keras.gptq.facade",
     },
     "hwquant.gptq.keras.quantizer": {},
     "hwquant.gptq.keras.quantizer.base_keras_gptq_quantizer": {

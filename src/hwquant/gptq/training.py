@@ -16,7 +16,6 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
@@ -31,21 +30,14 @@ from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.loss import multiple_tensors_mse_loss, sample_layer_attention_loss
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.logger import progress
+from hwquant.trainable_infrastructure.common import VariableGroup
+from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
+                                                          trainable_weights_config)
 
 log = logging.getLogger("hwquant.gptq")
 
 # (graph holding float kernels, {layer: learned kernel}) -> layers corrected; the PTQ statistics bind it
 AnalyticCorrection = Callable[[Graph, Dict[str, np.ndarray]], int]
-
-
-@dataclass
-class LearnedLayer:
-    """What training learned for one layer: its kernel on the grid, its bias (None: not trained) and its
-    quantization parameters (None: the PTQ grid kept)."""
-    kernel_attr: Any
-    kernel: np.ndarray
-    bias: Optional[np.ndarray] = None
-    params: Optional[Dict[str, Any]] = None
 
 
 class GPTQOps(Protocol):
@@ -80,6 +72,7 @@ class GPTQBackend(ABC):
 
     adapter: Any  # the framework adapter (names the weights; its collective: the processes of the run)
     ops: GPTQOps
+    quantizers: List[Any]  # the trained layers' kernel quantizers (``StudentQuantizers.kernels``), set by ``build``
     float_model: Any  # the float model, built by ``build``: the bias corrections are judged against it
     teacher_cached: bool = False
 
@@ -114,12 +107,13 @@ class GPTQBackend(ABC):
         """Each trained layer's rounding regulariser at temperature ``beta`` (0 for STE)."""
 
     @abstractmethod
-    def trained_variables(self, train_bias: bool) -> tuple:
-        """(rounding variables, biases, quantization parameters) that train."""
+    def trained_biases(self, train_bias: bool) -> List[Any]:
+        """The biases that train (none unless ``train_bias``)."""
 
     @abstractmethod
     def make_optimizers(self, groups: List[tuple]) -> None:
-        """The optimizers of ``optimizer_groups``' [(spec, its config field, variables)]."""
+        """The optimizers of ``optimizer_groups``' [(spec, its config field, variables)]; only their variables
+        train (the first group's: the rounding variables)."""
 
     @abstractmethod
     def train_step(self, loss: Callable[[], Any]) -> float:
@@ -135,8 +129,8 @@ class GPTQBackend(ABC):
         """(gradients, values) of the rounding variables as numpy arrays: ``cfg.log_function``'s arguments."""
 
     @abstractmethod
-    def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
-        """{layer: what it learned}."""
+    def learned(self, train_bias: bool) -> List[tuple]:
+        """Per trained layer: (its kernel on the grid, its trained bias or None), numpy arrays."""
 
     def free_memory(self) -> Optional[int]:
         """Bytes free where the teacher's activations would be kept (None: unknown); by default the host's."""
@@ -144,6 +138,46 @@ class GPTQBackend(ABC):
             return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
         except (ValueError, OSError, AttributeError):
             return None
+
+
+class StudentQuantizers:
+    """The student's quantizers, made as a framework's builder asks for them: a GPTQ quantizer (of
+    ``cfg.rounding_type``, a subclass of ``weights_base``) for every quantized kernel, whose rounding variables
+    start from the float kernel (``init_rounding(as_kernel(kernel))``); an STE quantizer (``activations_base``)
+    with fixed parameters for every quantized activation, wrapped by ``gradual`` (the quantized fraction's
+    holder) when gradual activation quantization is on. ``layers``: the trained layers, in graph order."""
+
+    def __init__(self, graph: Graph, adapter: Any, cfg: GradientPTQConfig, weights_base: type, activations_base: type,
+                 gradual: Callable[[Any], Any], as_kernel: Callable[[np.ndarray], Any] = np.asarray):
+        from hwquant.trainable_infrastructure.common import TrainingMethod
+
+        self.override = cfg.gptq_quantizer_params_override or {}
+        self.cfg, self.as_kernel, self.gradual_class = cfg, as_kernel, gradual
+        self.weight_classes, self.activation_classes = trainable_quantizer_classes(
+            graph, adapter.kernel_attr, (cfg.rounding_type, weights_base, self.override),
+            (TrainingMethod.STE, activations_base, {}), "GPTQ")
+        self.layers = [graph.node(name) for name in self.weight_classes]
+        self.points = [interest_point(node) for node in self.layers]
+        self.by_layer: Dict[str, Any] = {}
+        self.gradual: List[Any] = []
+
+    def weights(self, node: Node, attr: str) -> Any:
+        q = self.by_layer[node.name] = self.weight_classes[node.name](trainable_weights_config(node, attr),
+                                                                      **self.override)
+        q.init_rounding(self.as_kernel(np.asarray(node.weights[attr], np.float32)))
+        return q
+
+    def activation(self, node: Node) -> Any:
+        q = self.activation_classes[node.name](trainable_activation_config(node), freeze_quant_params=True)
+        if self.cfg.gradual_activation_quantization_config is None:
+            return q
+        self.gradual.append(self.gradual_class(q))
+        return self.gradual[-1]
+
+    @property
+    def kernels(self) -> List[Any]:
+        """The kernels' quantizers, in the order of ``layers`` (once the student is built)."""
+        return [self.by_layer[node.name] for node in self.layers]
 
 
 def check_gptq_arguments(gptq_config: Any, gptq_representative_data_gen: Any, config_getter: str) -> None:
@@ -252,7 +286,9 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
         fraction = linear_annealing(a.start_step, a.end_step or total_steps, a.initial_q_fraction, a.target_q_fraction)
     per_sample = loss_weights.ndim == 2
     loss_fn = cfg.loss or partial(sample_layer_attention_loss if per_sample else multiple_tensors_mse_loss, ops)
-    backend.make_optimizers(optimizer_groups(cfg, *backend.trained_variables(cfg.train_bias)))
+    rounding, qparams = ([v for q in backend.quantizers for v in q.get_trainable_variables(group)]
+                         for group in (VariableGroup.WEIGHTS, VariableGroup.QPARAMS))
+    backend.make_optimizers(optimizer_groups(cfg, rounding, backend.trained_biases(cfg.train_bias), qparams))
     cache = teacher_cache(backend, samples, batch_size)
     reg_scale = cfg.regularization_factor / max(float(reg_weights.max()), 1e-30)
     rng = np.random.default_rng(0)
@@ -291,16 +327,14 @@ def _gptq_train(graph: Graph, backend: GPTQBackend, cfg: GradientPTQConfig, samp
             step += 1
     training_seconds = time.perf_counter() - start - hessian_seconds
     cache = None  # (freed for the bias correction)
-    learned = backend.learned(cfg.train_bias)
-    kernels = {}
-    for node in layers:  # the analytic bias correction reads the float kernels first: kernels installed after
-        found = learned[node.name]
-        if found.params is not None:
-            node.final_config.weights_quantization_cfg.attrs[found.kernel_attr].weights_quantization_params.update(
-                found.params)
-        if found.bias is not None:
-            set_bias(node, backend.adapter, found.bias)
-        kernels[node.name] = found.kernel
+    kernels = {}  # the analytic bias correction reads the float kernels first: kernels installed after
+    for node, q, (kernel, bias) in zip(layers, backend.quantizers, backend.learned(cfg.train_bias)):
+        if q.quantization_parameter_learning:
+            attrs = node.final_config.weights_quantization_cfg.attrs
+            attrs[backend.adapter.kernel_attr(node)].weights_quantization_params.update(q.inferable_params())
+        if bias is not None:
+            set_bias(node, backend.adapter, bias)
+        kernels[node.name] = kernel
     wanted = [k for k in names if graph.node(k).final_config.weights_quantization_cfg.weights_bias_correction]
     if collective.distributed:  # the correction is fitted and judged on every rank's samples, identically
         samples = backend.gather_samples(samples)

@@ -122,7 +122,7 @@ class KerasXQuantBackend:
         return keras_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
     def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> Any:
-        from hwquant.keras.gptq.config import get_keras_gptq_config
+        from hwquant.keras.gptq.facade import get_keras_gptq_config
         from hwquant.keras.gptq.facade import keras_gradient_post_training_quantization
         return keras_gradient_post_training_quantization(
             self.float_model, self.repr_dataset, get_keras_gptq_config(n_epochs), core_config=core_config,

@@ -135,7 +135,7 @@ class TorchXQuantBackend:
         return pytorch_post_training_quantization(self.float_model, self.repr_dataset, target, core_config, tpc)[0]
 
     def quantize_gptq(self, core_config: Any, tpc: Any, n_epochs: int) -> torch.nn.Module:
-        from hwquant.torch.gptq.config import get_pytorch_gptq_config
+        from hwquant.torch.gptq.facade import get_pytorch_gptq_config
         from hwquant.torch.gptq.facade import pytorch_gradient_post_training_quantization
         return pytorch_gradient_post_training_quantization(
             self.float_model, self.repr_dataset, core_config=core_config,

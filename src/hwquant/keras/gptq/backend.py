@@ -15,7 +15,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.hessian import HESSIAN_ITERATIONS, rademacher, vjp_scores
-from hwquant.gptq.training import GPTQBackend, LearnedLayer, interest_point
+from hwquant.gptq.training import GPTQBackend, StudentQuantizers
 from hwquant.keras.array_namespace import OPS
 from hwquant.keras.builder import build_model
 from hwquant.keras.gptq.quantizers import BaseKerasGPTQTrainableQuantizer
@@ -24,9 +24,6 @@ from hwquant.keras.quantizers import KerasQuantizationWrapper, strided_pointwise
 from hwquant.keras.trainable import BaseKerasTrainableQuantizer
 from hwquant.keras.trainable.model import TrainableBlocks
 from hwquant.logger import progress
-from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
-from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
-                                                          trainable_weights_config)
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -92,32 +89,14 @@ class KerasGPTQBackend(GPTQBackend):
 
     def build(self, graph: Graph, cfg: GradientPTQConfig, samples: Sequence[Any]) -> List[Node]:
         self.samples = [np.asarray(s) for s in samples]
-        override = cfg.gptq_quantizer_params_override
-        weights, activations = trainable_quantizer_classes(
-            graph, self.adapter.kernel_attr, (cfg.rounding_type, BaseKerasGPTQTrainableQuantizer, override),
-            (TrainingMethod.STE, BaseKerasTrainableQuantizer, {}), "GPTQ")
-        quantizers: Dict[str, BaseKerasGPTQTrainableQuantizer] = {}
-        self.gradual: List[GradualActivationQuantizer] = []
-
-        def make_weights(node: Node, attr: str) -> BaseKerasGPTQTrainableQuantizer:
-            q = quantizers[node.name] = weights[node.name](trainable_weights_config(node, attr), **override)
-            q.init_rounding(node.weights[attr])
-            return q
-
-        def make_activation(node: Node) -> Any:
-            q = activations[node.name](trainable_activation_config(node), freeze_quant_params=True)
-            if cfg.gradual_activation_quantization_config is None:
-                return q
-            self.gradual.append(GradualActivationQuantizer(q))
-            return self.gradual[-1]
-
-        self.layers = [graph.node(name) for name in weights]
-        points = [interest_point(node) for node in self.layers]
-        self.student = build_model(graph, points, TrainableBlocks(self.adapter.kernel_attr, make_weights, make_activation),
+        made = StudentQuantizers(graph, self.adapter, cfg, BaseKerasGPTQTrainableQuantizer, BaseKerasTrainableQuantizer,
+                                 GradualActivationQuantizer)
+        self.layers, points, self.gradual = made.layers, made.points, made.gradual
+        self.student = build_model(graph, points, TrainableBlocks(self.adapter.kernel_attr, made.weights, made.activation),
                                    extra_outputs_unquantized=True)
         self.teacher = build_model(graph, points, _DifferentiableFloatBlocks())
         self.float_model = build_model(graph)
-        self.quantizers = [quantizers[node.name] for node in self.layers]
+        self.quantizers = made.kernels
         self.held = [self.student.get_layer(f"quant_{node.name}")._layer_weights() for node in self.layers]
         return self.layers
 
@@ -156,17 +135,14 @@ class KerasGPTQBackend(GPTQBackend):
     def rounding_regularizations(self, beta: float) -> List[Any]:
         return [q.rounding_regularization(beta) for q in self.quantizers]
 
-    def trained_variables(self, train_bias: bool) -> tuple:
-        self.rounding = [v for q in self.quantizers for v in q.get_trainable_variables(VariableGroup.WEIGHTS)]
-        qparams = [v for q in self.quantizers for v in q.get_trainable_variables(VariableGroup.QPARAMS)]
-        biases = [held[self.adapter.bias_attr(n)] for n, held in zip(self.layers, self.held)
-                  if train_bias and self.adapter.bias_attr(n) in held]
-        self.last_gradients: List[Any] = [None] * len(self.rounding)
-        return self.rounding, biases, qparams
+    def trained_biases(self, train_bias: bool) -> List[Any]:
+        return [held[self.adapter.bias_attr(n)] for n, held in zip(self.layers, self.held)
+                if train_bias and self.adapter.bias_attr(n) in held]
 
     def make_optimizers(self, groups: List[tuple]) -> None:
         self.groups = [(_make_optimizer(spec, name), params) for spec, name, params in groups]
         self.variables = [v for _, vs in self.groups for v in vs]
+        self.rounding, self.last_gradients = groups[0][2], [None] * len(groups[0][2])
 
     def train_step(self, loss: Callable[[], Any]) -> float:
         value, grads = variable_gradients(loss, self.variables, "GPTQ")
@@ -184,13 +160,11 @@ class KerasGPTQBackend(GPTQBackend):
     def rounding_state(self) -> tuple:
         return ([None if g is None else _numpy(g) for g in self.last_gradients], [_numpy(v) for v in self.rounding])
 
-    def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
-        out = {}
+    def learned(self, train_bias: bool) -> List[tuple]:
+        out = []
         for node, q, held in zip(self.layers, self.quantizers, self.held):
-            attr, bias_attr = self.adapter.kernel_attr(node), self.adapter.bias_attr(node)
+            bias_attr = self.adapter.bias_attr(node)
             keep_bias = train_bias and bias_attr in held and bias_attr in node.weights
-            out[node.name] = LearnedLayer(attr, _numpy(q(held[attr].value, training=False)).astype(np.float32),
-                                          _numpy(held[bias_attr]).astype(np.float32) if keep_bias else None,
-                                          q.inferable_params() if q.quantization_parameter_learning else None)
+            out.append((_numpy(q(held[self.adapter.kernel_attr(node)].value, training=False)).astype(np.float32),
+                        _numpy(held[bias_attr]).astype(np.float32) if keep_bias else None))
         return out
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss
 from hwquant.gptq.config import GradientPTQConfig
 from hwquant.gptq.hessian import HESSIAN_ITERATIONS, vjp_scores
-from hwquant.gptq.training import GPTQBackend, LearnedLayer, interest_point
+from hwquant.gptq.training import GPTQBackend, StudentQuantizers
 from hwquant.logger import progress
 from hwquant.torch.array_namespace import OPS
 from hwquant.torch.builder import build_module
@@ -25,9 +25,6 @@ from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
 from hwquant.torch.output_error import flat_tensors
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import TrainableQuantizerFactory, build_trainable_model
-from hwquant.trainable_infrastructure.common import TrainingMethod, VariableGroup
-from hwquant.trainable_infrastructure.node_configs import (trainable_activation_config, trainable_quantizer_classes,
-                                                          trainable_weights_config)
 
 
 multiple_tensors_mse_loss = partial(loss.multiple_tensors_mse_loss, OPS)  # MCT's default losses, on torch tensors
@@ -101,32 +98,15 @@ class TorchGPTQBackend(GPTQBackend):
         """The student: every layer whose kernel is quantized gets a GPTQ quantizer (its interest points, in
         graph order); the teacher: the float model returning those points too."""
         self.graph, self.samples = graph, list(samples)
-        override = cfg.gptq_quantizer_params_override
-        weights, activations = trainable_quantizer_classes(
-            graph, self.adapter.kernel_attr, (cfg.rounding_type, BasePytorchGPTQTrainableQuantizer, override),
-            (TrainingMethod.STE, BasePytorchTrainableQuantizer, {}), "GPTQ")
-        self.gradual: List[GradualActivationQuantizer] = []
-
-        def make_weights(node: Node, attr: str) -> BasePytorchGPTQTrainableQuantizer:
-            q = weights[node.name](trainable_weights_config(node, attr), **override)
-            q.init_rounding(torch.as_tensor(np.asarray(node.weights[attr], np.float32)))
-            return q
-
-        def make_activation(node: Node) -> nn.Module:
-            q = activations[node.name](trainable_activation_config(node), freeze_quant_params=True)
-            if cfg.gradual_activation_quantization_config is None:
-                return q
-            self.gradual.append(GradualActivationQuantizer(q))
-            return self.gradual[-1]
-
-        self.layers = [graph.node(name) for name in weights]
-        self.points = [interest_point(node) for node in self.layers]
-        self.student = build_trainable_model(graph, TrainableQuantizerFactory(self.adapter.kernel_attr, make_weights,
-                                                                              make_activation),
+        made = StudentQuantizers(graph, self.adapter, cfg, BasePytorchGPTQTrainableQuantizer,
+                                 BasePytorchTrainableQuantizer, GradualActivationQuantizer, torch.as_tensor)
+        self.layers, self.points, self.gradual = made.layers, made.points, made.gradual
+        self.student = build_trainable_model(graph, TrainableQuantizerFactory(self.adapter.kernel_attr, made.weights,
+                                                                              made.activation),
                                              self.device, extra_outputs=self.points).train()
         placement = self.student.meta["hwquant_placement"]
         self.wrappers = [self.student.get_submodule(placement[node.name]["layer"]) for node in self.layers]
-        self.quantizers = [w.weights_quantizers[self.adapter.kernel_attr(n)] for n, w in zip(self.layers, self.wrappers)]
+        self.quantizers = made.kernels
         self.teacher = build_module(graph, None, extra_outputs=self.points).to(self.device).eval().requires_grad_(False)
         self.float_model = build_module(graph, None).to(self.device).eval()
         return self.layers
@@ -156,19 +136,17 @@ class TorchGPTQBackend(GPTQBackend):
     def rounding_regularizations(self, beta: float) -> List[Any]:
         return [q.rounding_regularization(beta) for q in self.quantizers]
 
-    def trained_variables(self, train_bias: bool) -> tuple:
-        rounding = [p for q in self.quantizers for p in q.get_trainable_variables(VariableGroup.WEIGHTS)]
-        biases = [w.layer.bias for w in self.wrappers if train_bias and isinstance(getattr(w.layer, "bias", None),
-                                                                                   nn.Parameter)]
-        qparams = [p for q in self.quantizers for p in q.get_trainable_variables(VariableGroup.QPARAMS)]
-        self.student.requires_grad_(False)
-        for p in rounding + biases + qparams:
-            p.requires_grad_(True)
-        self.rounding = rounding
-        return rounding, biases, qparams
+    def trained_biases(self, train_bias: bool) -> List[Any]:
+        return [w.layer.bias for w in self.wrappers if train_bias and isinstance(getattr(w.layer, "bias", None),
+                                                                             nn.Parameter)]
 
     def make_optimizers(self, groups: List[tuple]) -> None:
+        self.student.requires_grad_(False)
+        for *_, params in groups:
+            for p in params:
+                p.requires_grad_(True)
         self.optimizers = [_make_optimizer(spec, params, name) for spec, name, params in groups]
+        self.rounding = groups[0][2]
 
     def train_step(self, loss: Callable[[], Any]) -> float:
         value = loss()
@@ -198,15 +176,13 @@ class TorchGPTQBackend(GPTQBackend):
                 [p.detach().cpu().numpy() for p in self.rounding])
 
     @torch.no_grad()
-    def learned(self, train_bias: bool) -> Dict[str, LearnedLayer]:
-        out = {}
+    def learned(self, train_bias: bool) -> List[tuple]:
+        out = []
         for node, wrapper, q in zip(self.layers, self.wrappers, self.quantizers):
-            attr, bias = self.adapter.kernel_attr(node), getattr(wrapper.layer, "bias", None)
+            kernel = q.quantized_weights(wrapper.float_weight(self.adapter.kernel_attr(node)))
+            bias = getattr(wrapper.layer, "bias", None)
             keep_bias = train_bias and isinstance(bias, nn.Parameter) and self.adapter.bias_attr(node) in node.weights
-            out[node.name] = LearnedLayer(
-                attr, q.quantized_weights(wrapper.float_weight(attr)).cpu().numpy().astype(np.float32),
-                bias.detach().cpu().numpy() if keep_bias else None,
-                q.inferable_params() if q.quantization_parameter_learning else None)
+            out.append((kernel.cpu().numpy().astype(np.float32), bias.detach().cpu().numpy() if keep_bias else None))
         return out
 
     def free_memory(self) -> Optional[int]:
