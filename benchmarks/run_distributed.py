@@ -51,7 +51,7 @@ def _timed(owner: Any, name: str, bucket: str, clock: Dict[str, float], extra=No
 
 def instrument(clock: Dict[str, float]) -> None:
     """Time the pipeline's stages and every exchange between the ranks (and count its bytes)."""
-    from hwquant.core import pipeline
+    from hwquant.core.pipeline import stages as pipeline
     from hwquant.gptq import training as core_training
     from hwquant.torch import distributed as torch_distributed
     from hwquant.torch import session

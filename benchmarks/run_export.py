@@ -173,7 +173,7 @@ def main(argv=None) -> None:
               f"SQNR {parity['sqnr']:.1f} dB, {parity['within1']:.1f} % of logits within one output step "
               f"(max {parity['max_steps']:.0f} steps). The simulated model runs its convolutions as integer "
               "kernels do (integer accumulation, int32 bias, one float32 requantization: "
-              "`core/integer_accumulation.py`), so ONNX Runtime's int8 kernels reproduce it exactly; with a float "
+              "`core/numerics/integer_accumulation.py`), so ONNX Runtime's int8 kernels reproduce it exactly; with a float "
               "simulation (float32 sums, float bias) only ~56 % of the logits were within one step, as rounding "
               "flips spread over MobileNetV2's 53 quantized layers.",
               "", f"Export times: QDQ {export_s['qdq']:.1f} s, MCTQ {export_s['mctq']:.1f} s, TorchScript "

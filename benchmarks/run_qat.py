@@ -41,7 +41,7 @@ OUT = ROOT / ".cache" / "benchmarks" / "qat.json"
 
 def core_config(bits: str):
     import hwquant as mct
-    from hwquant.core.network_editor import ChangeFinalActivationQuantConfigAttr, EditRule, NodeNameFilter
+    from hwquant.core.configuration.network_editor import ChangeFinalActivationQuantConfigAttr, EditRule, NodeNameFilter
     if bits == "w8a8":
         return mct.core.CoreConfig()
     qc = mct.core.QuantizationConfig(weights_n_bits=4, activation_n_bits=4)

@@ -31,7 +31,7 @@ SECTION = "Shift-negative correction on the IMX500: the converter's rule, measur
 
 def main(argv=None) -> None:
     import hwquant as mct
-    import hwquant.core.pipeline as pipeline
+    import hwquant.core.pipeline.stages as pipeline
 
     ap = sample_arguments(argparse.ArgumentParser(description=__doc__,
                                                   formatter_class=argparse.RawDescriptionHelpFormatter))

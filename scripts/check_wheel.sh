@@ -94,7 +94,7 @@ mct_alias.enable()
 from model_compression_toolkit.core.common.network_editors import NodeNameFilter
 from model_compression_toolkit.target_platform_capabilities.schema.mct_current_schema import TargetPlatformCapabilities
 from model_compression_toolkit.qat.keras.quantizer.lsq.symmetric_lsq import LSQWeightQATQuantizer  # noqa (no keras: a stand-in)
-assert NodeNameFilter is hwquant.core.network_editor.NodeNameFilter
+assert NodeNameFilter is hwquant.core.configuration.network_editor.NodeNameFilter
 assert TargetPlatformCapabilities is hwquant.tpc.TargetPlatformCapabilities
 print(f"check_wheel: {len(made)} modules of MCT's paths import from the wheel, pkgutil lists them")
 EOF

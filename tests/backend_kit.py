@@ -12,10 +12,10 @@ from typing import Any, List, Sequence
 
 import numpy as np
 
-from hwquant.core.candidates import select_base_configs
-from hwquant.core.config import CoreConfig, QuantizationConfig
-from hwquant.core.pipeline import calibrate, compute_parameters, prepare
-from hwquant.core.pipeline_state import PipelineState
+from hwquant.core.pipeline.candidates import select_base_configs
+from hwquant.core.configuration.config import CoreConfig, QuantizationConfig
+from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
+from hwquant.core.pipeline.state import PipelineState
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 

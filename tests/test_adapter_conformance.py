@@ -1,15 +1,15 @@
 """Each framework adapter meets the contract the framework-free code is written against
-(core/framework_adapter.py): every method of the protocol, with its parameters, and the behaviours the
+(core/graph/framework_adapter.py): every method of the protocol, with its parameters, and the behaviours the
 passes and loops rely on, checked on a captured model."""
 import inspect
 
 import numpy as np
 import pytest
 
-from hwquant.core.framework_adapter import CorrectionFacts, FrameworkAdapter
-from hwquant.core.framework_info import FrameworkInfo
+from hwquant.core.graph.framework_adapter import CorrectionFacts, FrameworkAdapter
+from hwquant.core.configuration.framework_info import FrameworkInfo
 from hwquant.core.mixed_precision.measurement import SensitivityBackend
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 
 SPECS = [("conv", 8, 3, False), ("bn",), ("relu",), ("conv", 4, 1)]
 IN_SHAPE = (3, 9, 9)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from hwquant.constants import RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core.config import QuantizationErrorMethod as E
-from hwquant.core.params import activation_quantization_params
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.configuration.config import QuantizationErrorMethod as E
+from hwquant.core.statistics.parameter_search import activation_quantization_params
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod as Q
 from hwquant.tpc.enums import Signedness
 from hwquant.tpc.platforms import get_target_platform_capabilities
@@ -94,7 +94,7 @@ def _torch_model(kind):
 @pytest.mark.parametrize("z", [3.0, 16.0, math.inf])
 def test_torch_bounded_outputs_keep_their_range(kind, z):
     torch = pytest.importorskip("torch")
-    from hwquant.core.config import CoreConfig, QuantizationConfig
+    from hwquant.core.configuration.config import CoreConfig, QuantizationConfig
     from hwquant.torch.facade import run_pytorch_ptq
 
     model = _torch_model(kind)
@@ -133,7 +133,7 @@ def _keras_model(kind):
 @pytest.mark.parametrize("z", [3.0, 16.0, math.inf])
 def test_keras_bounded_outputs_keep_their_range(kind, z):
     pytest.importorskip("keras")
-    from hwquant.core.config import CoreConfig, QuantizationConfig
+    from hwquant.core.configuration.config import CoreConfig, QuantizationConfig
     from hwquant.keras.facade import run_keras_ptq
 
     model = _keras_model(kind)
@@ -156,7 +156,7 @@ def test_keras_bounded_outputs_keep_their_range(kind, z):
 def test_adapters_report_their_frameworks_ranges():
     keras = pytest.importorskip("keras")
     torch = pytest.importorskip("torch")
-    from hwquant.core.graph import Node, NodeKind
+    from hwquant.core.graph.model_graph import Node, NodeKind
     from hwquant.keras.adapter import KerasAdapter
     from hwquant.torch.adapter import PytorchAdapter
 

@@ -5,11 +5,13 @@ import math
 import pytest
 
 from hwquant.constants import BIAS_ATTR, KERNEL_ATTR, MIN_THRESHOLD
-from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
-                                 ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig, MpDistanceWeighting,
-                                 MpMetricNormalization, QuantizationConfig, QuantizationErrorMethod,
-                                 ResourceUtilization, RUTarget, ThresholdSelectionMethod, UserInformation)
-from hwquant.core.network_editor import ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter, NodeTypeFilter
+from hwquant.core.configuration.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
+                                               ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig,
+                                               MpDistanceWeighting, MpMetricNormalization, QuantizationConfig,
+                                               QuantizationErrorMethod, ResourceUtilization, RUTarget, ThresholdSelectionMethod,
+                                               UserInformation)
+from hwquant.core.configuration.network_editor import (ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter,
+                                                      NodeTypeFilter)
 from hwquant.tpc.enums import QuantizationMethod
 
 

@@ -1,5 +1,5 @@
 """Activation errors judged after the element-wise function that reads the tensor
-(core/consumer_error.py): the search, the graph rule, and the gain on a spectral front end."""
+(core/statistics/consumer_error.py): the search, the graph rule, and the gain on a spectral front end."""
 import math
 
 import numpy as np
@@ -9,13 +9,13 @@ from torch import nn
 
 import hwquant as mct
 from hwquant.constants import RANGE_MAX, THRESHOLD
-from hwquant.core import pipeline
-from hwquant.core import quant_math as qm
-from hwquant.core.config import QuantizationErrorMethod as E
-from hwquant.core.consumer_error import consumer_value_map, value_map
-from hwquant.core.framework_adapter import ActivationInfo
-from hwquant.core.params import activation_quantization_params
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.pipeline import stages as pipeline
+from hwquant.core.numerics import quant_math as qm
+from hwquant.core.configuration.config import QuantizationErrorMethod as E
+from hwquant.core.statistics.consumer_error import consumer_value_map, value_map
+from hwquant.core.graph.framework_adapter import ActivationInfo
+from hwquant.core.statistics.parameter_search import activation_quantization_params
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.capture import capture
 from hwquant.tpc.enums import QuantizationMethod as Q

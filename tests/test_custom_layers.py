@@ -224,8 +224,8 @@ def test_the_quantized_model_keeps_the_layer_and_finds_the_same_detections(detec
 
 
 def test_the_imx500_tpc_puts_the_layer_in_its_nms_operator_set(detector):
-    from hwquant.core.pipeline import prepare
-    from hwquant.core.pipeline_state import PipelineState
+    from hwquant.core.pipeline.stages import prepare
+    from hwquant.core.pipeline.state import PipelineState
     from hwquant.torch.adapter import PytorchAdapter
 
     graph = capture(detector, _data()[0])

@@ -19,8 +19,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from hwquant.core.distributed import SINGLE_PROCESS, Collective, global_batches, statistics_pass
-from hwquant.core.statistics import TensorStatistics, summarize
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS, Collective, global_batches, statistics_pass
+from hwquant.core.statistics.tensor_statistics import TensorStatistics, summarize
 from hwquant.errors import InvalidConfigError
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")

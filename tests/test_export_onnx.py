@@ -16,7 +16,7 @@ from torch import nn
 
 import hwquant as mct
 from conftest import ORT_INTEGER_KERNELS_EXACT
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import ExportError
 from hwquant.torch.export_model import quantizers_of
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper

@@ -1,8 +1,8 @@
 """FrameworkInfo: both constructor forms (MCT's eight arguments, the seed's six), lookups and validation."""
 import pytest
 
-from hwquant.core.config import DefaultDict
-from hwquant.core.framework_info import FrameworkInfo
+from hwquant.core.configuration.config import DefaultDict
+from hwquant.core.configuration.framework_info import FrameworkInfo
 from hwquant.tpc.enums import QuantizationMethod
 
 

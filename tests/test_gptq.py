@@ -10,7 +10,7 @@ from small_nets import seeded_net  # tests/small_nets.py
 from torch import nn
 
 import hwquant as mct
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.schedules import linear_annealing, regularization_beta
 from hwquant.torch.gptq.backend import (GradualActivationQuantizer, activation_hessian_scores, multiple_tensors_mse_loss,

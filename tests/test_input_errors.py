@@ -162,7 +162,7 @@ def test_keyword_inputs_given_wrongly_say_how_to_pass_them():
 
 
 def test_an_endless_generator_is_bounded(monkeypatch):
-    from hwquant.core import representative_data
+    from hwquant.core.pipeline import representative_data
     monkeypatch.setattr(representative_data, "MAX_BATCHES_PER_PASS", 4)
 
     def endless():

@@ -8,7 +8,7 @@ import pytest
 keras = pytest.importorskip("keras")
 from keras import layers, ops  # noqa: E402
 
-from hwquant.core.graph import NodeKind  # noqa: E402
+from hwquant.core.graph.model_graph import NodeKind  # noqa: E402
 from hwquant.keras.builder import build_model  # noqa: E402
 from hwquant.keras.capture import CaptureError, capture  # noqa: E402
 

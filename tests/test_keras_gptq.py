@@ -7,7 +7,7 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 import hwquant as mct  # noqa: E402
-from hwquant.core import quant_math  # noqa: E402
+from hwquant.core.numerics import quant_math  # noqa: E402
 from hwquant.errors import InvalidConfigError  # noqa: E402
 from hwquant.gptq import RoundingType  # noqa: E402
 from hwquant.keras.gptq import quantizers as gq  # noqa: E402

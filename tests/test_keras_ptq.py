@@ -6,7 +6,7 @@ keras = pytest.importorskip("keras")
 from keras import layers  # noqa: E402
 
 import hwquant as mct  # noqa: E402
-from hwquant.core import quant_math  # noqa: E402
+from hwquant.core.numerics import quant_math  # noqa: E402
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper  # noqa: E402
 
 
@@ -144,7 +144,7 @@ def _swish_net():
 def test_graph_corrections_run_on_keras_models():
     """Bias correction (the kernels' mean error through the core's kernel layout) and the shift-negative
     correction (a constant add, and a pad node with the shift where the next convolution pads 'same')."""
-    from hwquant.core.pipeline import run_ptq
+    from hwquant.core.pipeline.stages import run_ptq
     data = [np.random.default_rng(i).normal(size=(8, 12, 12, 3)).astype("float32") for i in range(2)]
     model = _swish_net()
     f = np.asarray(keras.ops.convert_to_numpy(model(data[0])))
@@ -165,7 +165,7 @@ def test_graph_corrections_run_on_keras_models():
 
 
 def test_bad_inputs_are_refused_clearly():
-    from hwquant.core.representative_data import RepresentativeDataError
+    from hwquant.core.pipeline.representative_data import RepresentativeDataError
     from hwquant.keras.capture import CaptureError
     data = _batches()
     with pytest.raises(CaptureError, match="expected a keras.Model"):
@@ -184,8 +184,8 @@ def test_bad_inputs_are_refused_clearly():
 def test_mixed_precision_model_swaps_candidates_exactly(version, seed):
     """The sensitivity model (built once, each candidate's kernels and activation grid assigned) computes
     what a quantized model built for the same candidates computes (IMX500 4.0: activation candidates too)."""
-    from hwquant.core import candidates as cand
-    from hwquant.core.pipeline import calibrate, compute_parameters, prepare
+    from hwquant.core.pipeline import candidates as cand
+    from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
     from hwquant.keras.mixed_precision import _set_candidate, _SwappableBlocks
     from hwquant.keras.quantized_model import build_quantized_model
 

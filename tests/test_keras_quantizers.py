@@ -1,11 +1,11 @@
-"""Keras inferable quantizers compute hwquant's grid exactly (core/quant_math), ties included, on the
+"""Keras inferable quantizers compute hwquant's grid exactly (core/numerics/quant_math), ties included, on the
 fused torch path and the keras.ops path alike."""
 import numpy as np
 import pytest
 
 keras = pytest.importorskip("keras")
 
-from hwquant.core import quant_math  # noqa: E402
+from hwquant.core.numerics import quant_math  # noqa: E402
 from hwquant.keras.quantizers import make_quantizer  # noqa: E402
 from hwquant.tpc.enums import QuantizationMethod as M  # noqa: E402
 

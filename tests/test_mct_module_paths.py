@@ -19,32 +19,32 @@ RECORDED = {
         "network_editors": "core.common.network_editors",
     },
     "core.common.network_editors": {
-        "ACTIVATION_CONFIG_FIELDS": "core.network_editor:",
-        "BaseAction": "core.network_editor:",
-        "BaseNodeMatcher": "core.network_editor:",
-        "ChangeCandidatesActivationQuantConfigAttr": "core.network_editor:",
-        "ChangeCandidatesActivationQuantizationMethod": "core.network_editor:",
-        "ChangeCandidatesWeightsQuantConfigAttr": "core.network_editor:",
-        "ChangeCandidatesWeightsQuantizationMethod": "core.network_editor:",
-        "ChangeFinalActivationQuantConfigAttr": "core.network_editor:",
-        "ChangeFinalWeightsQuantConfigAttr": "core.network_editor:",
-        "ChangeFinalWeightsQuantizationMethod": "core.network_editor:",
-        "ChangeQuantizationParamFunction": "core.network_editor:",
-        "EditRule": "core.network_editor:",
-        "NodeAndMatcher": "core.network_editor:",
-        "NodeAnyMatcher": "core.network_editor:",
-        "NodeNameFilter": "core.network_editor:",
-        "NodeNameScopeFilter": "core.network_editor:",
-        "NodeNotMatcher": "core.network_editor:",
-        "NodeOrMatcher": "core.network_editor:",
-        "NodeTypeFilter": "core.network_editor:",
-        "WEIGHTS_ATTR_CONFIG_FIELDS": "core.network_editor:",
-        "WEIGHTS_NODE_CONFIG_FIELDS": "core.network_editor:",
+        "ACTIVATION_CONFIG_FIELDS": "core.configuration.network_editor:",
+        "BaseAction": "core.configuration.network_editor:",
+        "BaseNodeMatcher": "core.configuration.network_editor:",
+        "ChangeCandidatesActivationQuantConfigAttr": "core.configuration.network_editor:",
+        "ChangeCandidatesActivationQuantizationMethod": "core.configuration.network_editor:",
+        "ChangeCandidatesWeightsQuantConfigAttr": "core.configuration.network_editor:",
+        "ChangeCandidatesWeightsQuantizationMethod": "core.configuration.network_editor:",
+        "ChangeFinalActivationQuantConfigAttr": "core.configuration.network_editor:",
+        "ChangeFinalWeightsQuantConfigAttr": "core.configuration.network_editor:",
+        "ChangeFinalWeightsQuantizationMethod": "core.configuration.network_editor:",
+        "ChangeQuantizationParamFunction": "core.configuration.network_editor:",
+        "EditRule": "core.configuration.network_editor:",
+        "NodeAndMatcher": "core.configuration.network_editor:",
+        "NodeAnyMatcher": "core.configuration.network_editor:",
+        "NodeNameFilter": "core.configuration.network_editor:",
+        "NodeNameScopeFilter": "core.configuration.network_editor:",
+        "NodeNotMatcher": "core.configuration.network_editor:",
+        "NodeOrMatcher": "core.configuration.network_editor:",
+        "NodeTypeFilter": "core.configuration.network_editor:",
+        "WEIGHTS_ATTR_CONFIG_FIELDS": "core.configuration.network_editor:",
+        "WEIGHTS_NODE_CONFIG_FIELDS": "core.configuration.network_editor:",
     },
     "core.mixed_precision_quantization_config": {
-        "MixedPrecisionQuantizationConfig": "core.config:",
-        "MpDistanceWeighting": "core.config:",
-        "MpMetricNormalization": "core.config:",
+        "MixedPrecisionQuantizationConfig": "core.configuration.config:",
+        "MpDistanceWeighting": "core.configuration.config:",
+        "MpMetricNormalization": "core.configuration.config:",
     },
     "exporter.model_wrapper": {
         "get_exportable_keras_model": "keras.mct_paths:",
@@ -444,7 +444,7 @@ def test_the_table_modules_are_listed_and_resolved_as_modules():
     assert pkgutil.resolve_name("hwquant.target_platform:TargetPlatformModel") is hwquant.tpc.legacy.TargetPlatformModel
     made = importlib.import_module("hwquant.core.common.network_editors")
     assert not hasattr(made, "__file__") and made.__spec__.origin.endswith("mct_paths.py") and made.__doc__
-    from hwquant.core import network_editor
+    from hwquant.core.configuration import network_editor
     assert made.__all__ == network_editor.__all__ and set(network_editor.__all__) <= set(dir(made))
     scope: dict = {}
     exec("from hwquant.core.common.network_editors import *", scope)

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
-from hwquant.core.config import RUTarget
+from hwquant.core.configuration.config import RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import minimum, refine, search
-from hwquant.core.pipeline import prepare
-from hwquant.core.resource_utilization import compute_resource_utilization, final_config
+from hwquant.core.pipeline.stages import prepare
+from hwquant.core.pipeline.resource_utilization import compute_resource_utilization, final_config
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.export_model import quantizers_of
 from hwquant.torch.session import start_session
@@ -226,8 +226,8 @@ def _calibrated(version="1.0"):
 
 
 def run_ptq_stages(session):
-    from hwquant.core import candidates as cand
-    from hwquant.core.pipeline import calibrate, compute_parameters
+    from hwquant.core.pipeline import candidates as cand
+    from hwquant.core.pipeline.stages import calibrate, compute_parameters
     prepare(session.state)
     calibrate(session.state, session.data)
     cand.select_base_configs(session.graph)
@@ -236,7 +236,7 @@ def run_ptq_stages(session):
 
 def test_measured_sensitivity_equals_a_full_run_of_each_configuration():
     from hwquant.core.mixed_precision.measurement import candidate_sensitivity
-    from hwquant.core.resource_utilization import max_bits_config
+    from hwquant.core.pipeline.resource_utilization import max_bits_config
     from hwquant.torch.builder import QuantizerFactory, build_module
     from hwquant.torch.mixed_precision import TorchSensitivityBackend
 

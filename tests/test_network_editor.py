@@ -3,14 +3,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from hwquant.core.config import QuantizationErrorMethod
-from hwquant.core.network_editor import (BaseAction, ChangeCandidatesActivationQuantConfigAttr,
-                                         ChangeCandidatesActivationQuantizationMethod,
-                                         ChangeCandidatesWeightsQuantConfigAttr,
-                                         ChangeCandidatesWeightsQuantizationMethod,
-                                         ChangeFinalActivationQuantConfigAttr, ChangeFinalWeightsQuantConfigAttr,
-                                         ChangeFinalWeightsQuantizationMethod, ChangeQuantizationParamFunction,
-                                         EditRule, NodeAnyMatcher, NodeNameFilter, NodeNameScopeFilter, NodeTypeFilter)
+from hwquant.core.configuration.config import QuantizationErrorMethod
+from hwquant.core.configuration.network_editor import (BaseAction, ChangeCandidatesActivationQuantConfigAttr,
+                                                       ChangeCandidatesActivationQuantizationMethod,
+                                                       ChangeCandidatesWeightsQuantConfigAttr,
+                                                       ChangeCandidatesWeightsQuantizationMethod,
+                                                       ChangeFinalActivationQuantConfigAttr, ChangeFinalWeightsQuantConfigAttr,
+                                                       ChangeFinalWeightsQuantizationMethod, ChangeQuantizationParamFunction,
+                                                       EditRule, NodeAnyMatcher, NodeNameFilter, NodeNameScopeFilter,
+                                                       NodeTypeFilter)
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 

@@ -1,14 +1,14 @@
-"""Tests of hwquant.core.params: threshold / range / lookup-table selection for weights and activations."""
+"""Tests of hwquant.core.statistics.parameter_search: threshold / range / lookup-table selection for weights and activations."""
 import math
 
 import numpy as np
 import pytest
 
 from hwquant.constants import LUT_VALUES, MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math as qm
-from hwquant.core.config import QuantizationErrorMethod as E
-from hwquant.core.params import activation_quantization_params, lut_kmeans_1d, weights_quantization_params
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.numerics import quant_math as qm
+from hwquant.core.configuration.config import QuantizationErrorMethod as E
+from hwquant.core.statistics.parameter_search import activation_quantization_params, lut_kmeans_1d, weights_quantization_params
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod as Q
 from hwquant.tpc.enums import Signedness
 
@@ -198,7 +198,7 @@ def test_more_bits_clip_less():
 @pytest.mark.parametrize("method", AFFINE)
 @pytest.mark.parametrize("err", [E.MSE, E.LP, E.KL])
 def test_results_do_not_depend_on_chunking(method, err, monkeypatch):
-    import hwquant.core.params as params_module
+    import hwquant.core.statistics.parameter_search as params_module
     w = gaussian((6, 300), seed=17)
     ref = [weights_quantization_params(method, 4, err, w, axis, pc, l_p_value=3) for axis, pc in ((0, True), (None, False))]
     monkeypatch.setattr(params_module, "_CHUNK", 500)  # forces row and column chunks

@@ -7,8 +7,8 @@ import torch
 from backend_kit import TorchKit
 from torch import nn
 
-from hwquant.core import quant_math
-from hwquant.core.node_params import set_weights_params
+from hwquant.core.numerics import quant_math
+from hwquant.core.statistics.node_parameters import set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs, output_mean_shift
 from hwquant.torch.adapter import PytorchAdapter
 
@@ -131,7 +131,7 @@ def test_flag_off_and_missing_statistics_leave_the_bias_alone():
 
 
 def test_output_mean_shift_of_a_grouped_conv_reads_each_groups_channels():
-    from hwquant.core.framework_adapter import LinearGeometry
+    from hwquant.core.graph.framework_adapter import LinearGeometry
     err = np.zeros((4, 2, 1, 1))
     err[3, 1] = 1.0  # output 3 is in group 1 (channels 2, 3): it reads channel 3
     g = LinearGeometry("conv", 4, 4, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), groups=2)
@@ -140,7 +140,7 @@ def test_output_mean_shift_of_a_grouped_conv_reads_each_groups_channels():
 
 @pytest.mark.parametrize("helps", [True, False])
 def test_bias_correction_is_kept_only_where_it_lowers_the_output_error(helps, monkeypatch):
-    from hwquant.core.pipeline import bias_correction_where_it_helps
+    from hwquant.core.pipeline.stages import bias_correction_where_it_helps
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1, bias=False)).eval()
     batches = [[torch.randn(4, 3, 8, 8) + 1.0] for _ in range(3)]
@@ -170,7 +170,7 @@ def test_bias_correction_is_kept_only_where_it_lowers_the_output_error(helps, mo
 def test_bias_correction_judge_measures_real_output_errors():
     """End to end: the two errors are the relative output errors of the models with and without the
     correction, and the kept one is the smaller."""
-    from hwquant.core.pipeline import bias_correction_where_it_helps
+    from hwquant.core.pipeline.stages import bias_correction_where_it_helps
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 4, 1)).eval()
     batches = [[torch.randn(4, 3, 8, 8) + 1.0] for _ in range(3)]

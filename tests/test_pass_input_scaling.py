@@ -6,12 +6,12 @@ import torch
 from torch import nn
 
 from hwquant.constants import THRESHOLD
-from hwquant.core.candidates import select_base_configs
-from hwquant.core.config import CoreConfig, QuantizationConfig, QuantizationErrorMethod
+from hwquant.core.pipeline.candidates import select_base_configs
+from hwquant.core.configuration.config import CoreConfig, QuantizationConfig, QuantizationErrorMethod
 from hwquant.core.passes.input_scaling import apply_input_scaling, check_input_scaling, scale_statistics
-from hwquant.core.pipeline import calibrate, compute_parameters, prepare
-from hwquant.core.pipeline_state import PipelineState
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
+from hwquant.core.pipeline.state import PipelineState
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module

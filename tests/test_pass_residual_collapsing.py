@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from hwquant.core.framework_adapter import LinearGeometry
+from hwquant.core.graph.framework_adapter import LinearGeometry
 from hwquant.core.passes.residual_collapsing import collapse_residuals, identity_tap
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module

@@ -187,7 +187,7 @@ class _SameSizes(list):
 def test_statistics_of_shifted_tensors_are_derived_exactly(data):
     """The add, the bypass op and the pad node get the statistics a pass over the data would give
     them (derived from the collected ones; the pad from data when sizes may vary)."""
-    from hwquant.core.node_params import collect_statistics
+    from hwquant.core.statistics.node_parameters import collect_statistics
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Hardswish(), nn.AvgPool2d(2),
                           nn.Conv2d(8, 4, 3, padding=2)).eval()

@@ -6,7 +6,7 @@ import copy
 import numpy as np
 import pytest
 
-from hwquant.core.node_params import set_weights_params
+from hwquant.core.statistics.node_parameters import set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction
 from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.core.passes.linear_collapsing import collapse_linear_layers

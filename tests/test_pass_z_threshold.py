@@ -5,10 +5,10 @@ import torch
 from torch import nn
 
 from hwquant.constants import THRESHOLD
-from hwquant.core.candidates import select_base_configs
-from hwquant.core.config import CoreConfig, QuantizationConfig, QuantizationErrorMethod
-from hwquant.core.pipeline import calibrate, compute_parameters, prepare
-from hwquant.core.pipeline_state import PipelineState
+from hwquant.core.pipeline.candidates import select_base_configs
+from hwquant.core.configuration.config import CoreConfig, QuantizationConfig, QuantizationErrorMethod
+from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
+from hwquant.core.pipeline.state import PipelineState
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.capture import capture
 from hwquant.tpc.platforms import get_target_platform_capabilities

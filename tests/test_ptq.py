@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidTPCError
 from hwquant.torch.data import RepresentativeDataError
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper

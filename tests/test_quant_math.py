@@ -1,4 +1,4 @@
-"""Property and unit tests of hwquant.core.quant_math, the one module that rounds and clips."""
+"""Property and unit tests of hwquant.core.numerics.quant_math, the one module that rounds and clips."""
 import subprocess
 import sys
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from hwquant.constants import LUT_VALUES, MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math as qm
+from hwquant.core.numerics import quant_math as qm
 
 SETTINGS = settings(max_examples=60, deadline=None)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -320,7 +320,7 @@ def test_dtypes_and_autograd():
 
 
 def test_core_imports_without_torch():
-    code = "import sys, hwquant.core.quant_math; assert 'torch' not in sys.modules"
+    code = "import sys, hwquant.core.numerics.quant_math; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

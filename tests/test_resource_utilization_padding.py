@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import hwquant as mct
-from hwquant.core.config import RUTarget
+from hwquant.core.configuration.config import RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel
-from hwquant.core.pipeline import prepare
-from hwquant.core.resource_utilization import compute_resource_utilization, final_config, padding_layers
+from hwquant.core.pipeline.stages import prepare
+from hwquant.core.pipeline.resource_utilization import compute_resource_utilization, final_config, padding_layers
 
 torch = pytest.importorskip("torch")
 keras = pytest.importorskip("keras")

@@ -1,4 +1,4 @@
-"""Tests of hwquant.core.statistics: streaming activation statistics in bounded memory."""
+"""Tests of hwquant.core.statistics.tensor_statistics: streaming activation statistics in bounded memory."""
 import math
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 
 NO_SUBSAMPLING = 1 << 40
 
@@ -269,7 +269,7 @@ def test_add_constant_spreads_over_channels():
 def test_fast_summary_agrees_with_the_precise_one(axis):
     """summarize(precise=False) (the Keras adapter's): extremes exact, mean and spread within float32 sums'
     accuracy (a layout with few channels goes through the widened column reduction)."""
-    from hwquant.core.statistics import summarize
+    from hwquant.core.statistics.tensor_statistics import summarize
 
     x = (np.random.default_rng(5).standard_normal((4, 7, 9, 10)) * 3 + 1).astype(np.float32)
     stats = TensorStatistics(channel_axis=axis, per_channel=True, max_hist_samples_per_batch=NO_SUBSAMPLING)

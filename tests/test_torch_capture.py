@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwquant.core.graph import NodeKind
+from hwquant.core.graph.model_graph import NodeKind
 from hwquant.torch.builder import build_module
 from hwquant.torch.capture import CaptureError, capture
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import hwquant as mct
-from hwquant.core.graph import NodeKind
+from hwquant.core.graph.model_graph import NodeKind
 from hwquant.torch.builder import build_module
 from hwquant.torch.capture import CaptureError, capture
 from hwquant.torch.concrete_capture import SIZE_REASON

@@ -3,7 +3,7 @@ import pytest
 
 import hwquant.target_platform as tp
 from hwquant.constants import KERNEL_ATTR
-from hwquant.core.config import DefaultDict
+from hwquant.core.configuration.config import DefaultDict
 from hwquant.errors import InvalidTPCError
 from hwquant.tpc import (Contains, Eq, FrameworkQuantizationCapabilities, Greater, GreaterEq, LayerFilterParams, NotEq,
                          OperationsSetToLayers, OperationsToLayers, Smaller, SmallerEq,

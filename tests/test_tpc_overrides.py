@@ -2,8 +2,8 @@
 import logging
 
 from hwquant.constants import KERNEL_ATTR
-from hwquant.core.config import QuantizationConfig
-from hwquant.core.tpc_overrides import apply_quantization_config_overrides
+from hwquant.core.configuration.config import QuantizationConfig
+from hwquant.core.configuration.tpc_overrides import apply_quantization_config_overrides
 from hwquant.logger import logger, set_log_folder
 from hwquant.tpc import QuantizationMethod, get_target_platform_capabilities
 

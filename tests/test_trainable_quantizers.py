@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.torch import trainable as tq
 from hwquant.torch.quantizers import InferableQuantizer, make_inferable_quantizer

@@ -166,7 +166,7 @@ def test_mixed_precision_runs_are_measured_at_their_own_bit_widths(kit, quantize
     target = mct.core.ResourceUtilization(weights_memory=full.weights_memory * 0.6)
     q, info = kit.ptq(model, batches, target_resource_utilization=target)
     # what the run was is read back from the model: its settings and its target
-    from hwquant.core.model_metadata import settings_of
+    from hwquant.core.pipeline.model_metadata import settings_of
     metadata = q.hwquant_metadata
     qc, tpc, read_target, notes = settings_of(metadata)
     assert read_target.weights_memory == pytest.approx(target.weights_memory) and notes == []

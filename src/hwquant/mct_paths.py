@@ -73,11 +73,11 @@ MODULES: Dict[str, Dict[str, str]] = {
         **_SCHEMA_V2, "schema": "hwquant.target_platform_capabilities.schema.v2:"},  # (as MCT: the current version)
     # ------------------------------------------------------------------ core
     "hwquant.core.mixed_precision_quantization_config": _each(
-        "hwquant.core.config", "MixedPrecisionQuantizationConfig MpDistanceWeighting MpMetricNormalization"),
+        "hwquant.core.configuration.config", "MixedPrecisionQuantizationConfig MpDistanceWeighting MpMetricNormalization"),
     # MCT's internal paths that downstream code reaches (Ultralytics' IMX500 export calls
     # mct.core.common.network_editors.NodeNameFilter)
     "hwquant.core.common": {},
-    "hwquant.core.common.network_editors": {"*": "hwquant.core.network_editor"},
+    "hwquant.core.common.network_editors": {"*": "hwquant.core.configuration.network_editor"},
     # ------------------------------------------------------------------ exporter
     "hwquant.exporter.model_wrapper": {
         "is_keras_layer_exportable": "hwquant.keras.export",

@@ -1,7 +1,7 @@
 """The rank of this process in a multi-process run, as its framework tells it: files are written by rank 0
 only (fileio.write_through_temporary). A leaf, importing nothing of hwquant: fileio (which tpc and core
 write through) asks it without importing core; torch/distributed.py registers torch.distributed's rank when
-it loads (core/distributed.py, the multi-process algorithms, re-exports both functions)."""
+it loads (core/pipeline/distributed.py, the multi-process algorithms, re-exports both functions)."""
 from typing import Callable
 
 _process_rank: Callable[[], int] = lambda: 0

@@ -2,13 +2,14 @@
 
 Nothing under `hwquant.core` imports torch, tensorflow or keras (a test enforces it).
 """
-from hwquant.core import network_editor, quantization_config  # noqa: F401 (MCT's modules)
-from hwquant.core.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
-                                 ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig, MpDistanceWeighting,
-                                 MpMetricNormalization, QuantizationConfig, QuantizationErrorMethod,
-                                 ResourceUtilization, RUTarget, ThresholdSelectionMethod, UserInformation)
-from hwquant.core.framework_info import FrameworkInfo
-from hwquant.core.quantization_config import DEFAULTCONFIG, ChannelAxis, CustomOpsetLayers  # noqa: F401
+from hwquant.core.configuration import network_editor, quantization_config  # noqa: F401 (MCT's modules)
+from hwquant.core.configuration.config import (BitWidthConfig, CoreConfig, DebugConfig, DefaultDict, ManualBitWidthSelection,
+                                               ManualWeightsBitWidthSelection, MixedPrecisionQuantizationConfig,
+                                               MpDistanceWeighting, MpMetricNormalization, QuantizationConfig,
+                                               QuantizationErrorMethod, ResourceUtilization, RUTarget, ThresholdSelectionMethod,
+                                               UserInformation)
+from hwquant.core.configuration.framework_info import FrameworkInfo
+from hwquant.core.configuration.quantization_config import DEFAULTCONFIG, ChannelAxis, CustomOpsetLayers  # noqa: F401
 from hwquant.lazy import lazy_table
 
 _FACADES = {"pytorch_resource_utilization_data": "hwquant.torch.facade",

@@ -23,7 +23,7 @@ from hwquant.data_generation.config import (BNLayerWeightingType, DataGeneration
                                             ImageGranularity, ImageNormalizationType, ImagePipelineType,
                                             OutputLossType)
 from hwquant.data_generation.schedule import LearningRateSchedule
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import progress

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from hwquant.core.graph import unique_name
+from hwquant.core.graph.model_graph import unique_name
 
 
 class GraphEditor:

@@ -22,8 +22,8 @@ from typing import Optional, Tuple
 import numpy as np
 import onnx
 
-from hwquant.core import quant_math
-from hwquant.core.integer_accumulation import accumulator_bias
+from hwquant.core.numerics import quant_math
+from hwquant.core.numerics.integer_accumulation import accumulator_bias
 from hwquant.exporter.onnx_graph import GraphEditor, attrs_of
 
 VALUE_PRESERVING_OPS = {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity",

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import numpy as np
 import onnx
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import ExportError
 from hwquant.exporter.onnx_graph import GraphEditor, attrs_of, opset_of, set_domain
 from hwquant.exporter.quantizer_spec import ACTIVATION, MARKER_DOMAIN, WEIGHTS, QuantizerSpec

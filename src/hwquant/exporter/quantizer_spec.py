@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Union
 import numpy as np
 
 from hwquant.constants import LUT_VALUES, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.tpc.enums import QuantizationMethod
 
 MARKER_DOMAIN = "hwquant_export"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Dict, Optional
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from hwquant.core.config import Flag, OptCallable, ValidatedConfig, _rule, as_int, as_real, enum_coercer
+from hwquant.core.configuration.config import Flag, OptCallable, ValidatedConfig, _rule, as_int, as_real, enum_coercer
 from hwquant.errors import InvalidConfigError
 from hwquant.trainable_infrastructure.common import quantizer_params_override
 

@@ -21,9 +21,9 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from hwquant.core.distributed import SINGLE_PROCESS, Collective, DistributedError, fingerprint
-from hwquant.core.graph import Graph, Node
-from hwquant.core.node_params import restore_biases, set_bias
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS, Collective, DistributedError, fingerprint
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.statistics.node_parameters import restore_biases, set_bias
 from hwquant.core.passes.output_mean_correction import correct_output_means
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import GradientPTQConfig

@@ -15,13 +15,13 @@ from keras import layers as L
 from keras.src.ops import nn as NN
 from keras.src.ops import numpy as NP
 
-from hwquant.core.config import DefaultDict
-from hwquant.core.framework_adapter import BatchNormParams
-from hwquant.core.framework_info import FrameworkInfo
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.configuration.config import DefaultDict
+from hwquant.core.graph.framework_adapter import BatchNormParams
+from hwquant.core.configuration.framework_info import FrameworkInfo
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.tpc.attachment import whole_table
-from hwquant.core.distributed import SINGLE_PROCESS
-from hwquant.core.statistics import summarize
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS
+from hwquant.core.statistics.tensor_statistics import summarize
 from hwquant.keras.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.inference import predict_on_batch
@@ -36,7 +36,7 @@ DEFAULT_KERAS_INFO = FrameworkInfo(
     # depthwise, (kh, kw, out, in) transposed, (in, out) dense
     kernel_channels_mapping=DefaultDict({**{c: (-1, -2) for c in _CONVS}, **{c: (-2, -1) for c in _DEPTHWISE},
                                          **{c: (-2, -1) for c in _TRANSPOSED}, L.Dense: (1, 0)}, None),
-    # Output ranges (min, max). A range known at both ends fixes the activation's grid (core/params.py): the
+    # Output ranges (min, max). A range known at both ends fixes the activation's grid (core/statistics/parameter_search.py): the
     # squashing functions'. ReLU6 is given as (0, None), as in MCT: its cap is a clip whose threshold is better
     # searched (fixing [0, 6], threshold 8, cost MobileNetV2 1.3 dB). Layers and keras.ops functions by type; an
     # Activation layer by its activation's name, a ReLU layer by its configuration (output_range).

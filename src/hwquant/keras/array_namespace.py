@@ -1,4 +1,4 @@
-"""keras.ops for core/quant_math.py (registered when hwquant.keras loads): Keras' symbolic tensors,
+"""keras.ops for core/numerics/quant_math.py (registered when hwquant.keras loads): Keras' symbolic tensors,
 variables and the tensors of whichever backend Keras runs on. Rounding is half-to-even on every
 backend (torch.round, tf.round, jnp.round)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 
 _HALF = ("float16", "bfloat16")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence
 
-from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind, map_input_refs, map_structure
 
 
 class Blocks(Protocol):

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from hwquant.core.graph import Graph, InputRef, Node, NodeKind, unique_name
+from hwquant.core.graph.model_graph import Graph, InputRef, Node, NodeKind, unique_name
 from hwquant.errors import HwquantError
 
 FUSED_ACTIVATION = "activation"  # config key of a layer's built-in activation

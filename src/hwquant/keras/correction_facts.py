@@ -1,4 +1,4 @@
-"""The Keras side of the graph corrections (`CorrectionFacts` in core/framework_adapter.py): layer
+"""The Keras side of the graph corrections (`CorrectionFacts` in core/graph/framework_adapter.py): layer
 geometry (channels last; 'same' padding as Keras computes it, the odd pixel after), kernel layers
 rebuilt with new weights, activations and their bounds, which layers commute with a shift or a
 per-channel scale, and the nodes the corrections insert (a constant add, a constant pad), as
@@ -14,8 +14,8 @@ from keras import layers as L
 from keras.src.ops import nn as NN
 from keras.src.ops import numpy as NP
 
-from hwquant.core.framework_adapter import ActivationInfo, LinearGeometry
-from hwquant.core.graph import InputRef, Node, NodeKind
+from hwquant.core.graph.framework_adapter import ActivationInfo, LinearGeometry
+from hwquant.core.graph.model_graph import InputRef, Node, NodeKind
 
 _CONVS = (L.Conv1D, L.Conv2D, L.Conv3D)
 _DEPTHWISE = (L.DepthwiseConv1D, L.DepthwiseConv2D)

@@ -1,5 +1,5 @@
 """The representative dataset of a Keras model: each batch checked and converted to float32 numpy
-arrays (any backend's tensors, or numpy arrays); the passes are core/representative_data.py's."""
+arrays (any backend's tensors, or numpy arrays); the passes are core/pipeline/representative_data.py's."""
 from __future__ import annotations
 
 from typing import Any, List
@@ -7,7 +7,7 @@ from typing import Any, List
 import keras
 import numpy as np
 
-from hwquant.core.representative_data import BaseRepresentativeData, RepresentativeDataError
+from hwquant.core.pipeline.representative_data import BaseRepresentativeData, RepresentativeDataError
 
 
 class KerasRepresentativeData(BaseRepresentativeData):

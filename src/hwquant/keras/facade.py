@@ -7,9 +7,9 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from hwquant.concurrency import KERAS_LOCK, keras_call
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import check_target, debug_bypass, user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import check_target, debug_bypass, user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 
 log = logging.getLogger("hwquant.keras")
@@ -42,7 +42,7 @@ def run_keras_ptq(in_model: Any, representative_data_gen: Callable[[], Any],
                   target_platform_capabilities: Any, keep_float_graph: bool = False) -> Tuple[Any, Any]:
     """The PTQ pipeline on a Keras model: (session, final pipeline state); the caller holds KERAS_LOCK. QAT
     and GPTQ start here too (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
-    from hwquant.core.pipeline import run_ptq
+    from hwquant.core.pipeline.stages import run_ptq
     from hwquant.keras.session import start_session
 
     check_target(target_resource_utilization)
@@ -56,8 +56,8 @@ def keras_resource_utilization_data(in_model: Any, representative_data_gen: Call
                                     target_platform_capabilities: Any = None) -> ResourceUtilization:
     """The resource figures of `in_model` with every node at its TPC base config (MCT's definitions,
     as pytorch_resource_utilization_data)."""
-    from hwquant.core.pipeline import prepare
-    from hwquant.core.resource_utilization import base_config, compute_resource_utilization
+    from hwquant.core.pipeline.stages import prepare
+    from hwquant.core.pipeline.resource_utilization import base_config, compute_resource_utilization
 
     from hwquant.keras.session import start_session
 

@@ -11,7 +11,7 @@ from typing import Any, Tuple
 
 import keras
 
-from hwquant.core.config import UserInformation
+from hwquant.core.configuration.config import UserInformation
 from hwquant.errors import ExportError
 from hwquant.keras.gptq.quantizers import STESymmetricGPTQ
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper

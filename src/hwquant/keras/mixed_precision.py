@@ -14,8 +14,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from hwquant.core import quant_math
-from hwquant.core.graph import Node
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.model_graph import Node
 from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.builder import build_model, set_layer_weights

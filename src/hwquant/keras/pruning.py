@@ -9,8 +9,8 @@ import keras
 import numpy as np
 
 from hwquant.concurrency import KERAS_LOCK
-from hwquant.core.config import CoreConfig, ResourceUtilization
-from hwquant.core.graph import Graph
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization
+from hwquant.core.graph.model_graph import Graph
 from hwquant.keras.builder import build_model
 from hwquant.keras.gradients import variable_gradients
 from hwquant.pruning.config import PruningConfig, PruningInfo

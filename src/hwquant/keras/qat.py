@@ -6,9 +6,9 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from hwquant.concurrency import KERAS_LOCK
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.facade import run_keras_ptq
 from hwquant.keras.trainable import BaseKerasTrainableQuantizer

@@ -9,7 +9,7 @@ from typing import Any, Dict, Sequence
 import keras
 import numpy as np
 
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.keras.builder import build_model
 from hwquant.keras.quantizers import (KerasActivationQuantizationHolder, KerasInferableQuantizer,
                                       KerasQuantizationWrapper, make_quantizer)

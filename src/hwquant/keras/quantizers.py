@@ -3,7 +3,7 @@ keras.ops (any backend) and registered as Keras serializables (a `.keras` file r
 
 - inferable quantizers (`ActivationPOTInferableQuantizer`, `WeightsSymmetricInferableQuantizer`, ...):
   num_bits, threshold / threshold_np, signed, per_channel, channel_axis, min_range / max_range,
-  quantization_method; calling one fake-quantizes onto hwquant's grid (core/quant_math conventions,
+  quantization_method; calling one fake-quantizes onto hwquant's grid (core/numerics/quant_math conventions,
   round half to even);
   `get_config()` returns mct-quantizers' keys for each class (num_bits, threshold, signed, per_channel,
   channel_axis, input_rank, min_range, max_range, lut_values, ...); `from_config` also reads the keys
@@ -24,7 +24,7 @@ import numpy as np
 from keras import ops
 
 from hwquant.constants import LUT_VALUES, LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.exporter.quantizer_spec import MCTQ_KINDS
 from hwquant.tpc.enums import QuantizationMethod
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from hwquant.core.config import CoreConfig
-from hwquant.core.graph import Graph
-from hwquant.core.pipeline_state import PipelineState
+from hwquant.core.configuration.config import CoreConfig
+from hwquant.core.graph.model_graph import Graph
+from hwquant.core.pipeline.state import PipelineState
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.adapter import KerasAdapter
 from hwquant.keras.capture import capture, functional_of

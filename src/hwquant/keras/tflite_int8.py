@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 import keras
 import numpy as np
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import ExportError
 from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasInferableQuantizer, KerasQuantizationWrapper
 

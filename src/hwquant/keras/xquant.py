@@ -35,8 +35,8 @@ class KerasXQuantBackend:
     framework = "keras"
 
     def __init__(self, float_model: Any, quantized_model: Any, repr_dataset: Callable[[], Any], settings: RunSettings):
-        from hwquant.core.config import CoreConfig
-        from hwquant.core.pipeline import prepare
+        from hwquant.core.configuration.config import CoreConfig
+        from hwquant.core.pipeline.stages import prepare
         from hwquant.keras.session import start_session
         from hwquant.keras.quantizers import KerasActivationQuantizationHolder, KerasQuantizationWrapper
 

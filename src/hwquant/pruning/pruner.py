@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
-from hwquant.core.candidates import assign_candidates
-from hwquant.core.config import CoreConfig, ResourceUtilization
-from hwquant.core.graph import Graph
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.pipeline.candidates import assign_candidates
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization
+from hwquant.core.graph.model_graph import Graph
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.pruning import importance as imp
 from hwquant.pruning.config import ImportanceMetric, PruningConfig, PruningInfo, PrunedLayer

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.pruning.sections import Section, is_depthwise
 
 

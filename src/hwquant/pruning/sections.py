@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.tpc.enums import OperatorSetNames
 
 # Operator sets (the TPC's names) that act on each channel alone and keep the channel count.

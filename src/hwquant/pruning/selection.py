@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.pruning.sections import Section, is_kernel_layer
 
 FLOAT32_BYTES = 4  # per weight of the (float) pruned model: MCT's pruning memory

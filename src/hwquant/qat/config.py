@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from pydantic import Field, field_validator
 
-from hwquant.core.config import ValidatedConfig
+from hwquant.core.configuration.config import ValidatedConfig
 from hwquant.trainable_infrastructure.common import TrainingMethod, _as_member, quantizer_params_override
 
 __all__ = ["QATConfig"]

@@ -1,4 +1,4 @@
-"""The PyTorch adapter of the core pipeline (see core/framework_adapter.py), and PyTorch's default
+"""The PyTorch adapter of the core pipeline (see core/graph/framework_adapter.py), and PyTorch's default
 FrameworkInfo."""
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwquant.core.config import DefaultDict
-from hwquant.core.framework_adapter import BatchNormParams
-from hwquant.core.framework_info import FrameworkInfo
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.configuration.config import DefaultDict
+from hwquant.core.graph.framework_adapter import BatchNormParams
+from hwquant.core.configuration.framework_info import FrameworkInfo
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.tpc.attachment import whole_table
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.torch.attach import OPSET_TO_LAYERS, attach_tpc
@@ -33,7 +33,7 @@ DEFAULT_PYTORCH_INFO = FrameworkInfo(
     # (output-channel axis, input-channel axis) of each kernel
     kernel_channels_mapping=DefaultDict({**{c: (0, 1) for c in _CONVS}, **{c: (1, 0) for c in _TRANSPOSED},
                                          nn.Linear: (0, 1)}, None),
-    # Output ranges (min, max). A range known at both ends fixes the activation's grid (core/params.py): the
+    # Output ranges (min, max). A range known at both ends fixes the activation's grid (core/statistics/parameter_search.py): the
     # squashing functions'. ReLU6 is given as (0, None), as in MCT: its cap is a clip whose threshold is better
     # searched (fixing [0, 6], threshold 8, cost MobileNetV2 1.3 dB). Modules, functions and tensor methods (a
     # method node's type is the torch.Tensor method).

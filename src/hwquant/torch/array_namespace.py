@@ -1,4 +1,4 @@
-"""torch's operations for core/quant_math.py (registered when hwquant.torch loads)."""
+"""torch's operations for core/numerics/quant_math.py (registered when hwquant.torch loads)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -6,7 +6,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 
 
 class TorchNamespace(quant_math.ArrayNamespace):

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from mct_quantizers.common.constants import ACTIVATION_HOLDER_QUANTIZER
 from torch import nn
 
-from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs, map_structure, unique_name
-from hwquant.core.integer_accumulation import input_grid
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind, map_input_refs, map_structure, unique_name
+from hwquant.core.numerics.integer_accumulation import input_grid
 from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder,
                                       PytorchQuantizationWrapper, make_inferable_quantizer)
 
@@ -28,7 +28,7 @@ def _attr_name(name: str) -> str:
     return re.sub(r"\W", "_", name)
 
 
-# torch layers, functions and tensor methods that only move values (see core.integer_accumulation).
+# torch layers, functions and tensor methods that only move values (see core.numerics.integer_accumulation).
 _MOVING_LAYERS = (nn.Flatten, nn.Unflatten, nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.Dropout, nn.Identity)
 _MOVING_FUNCTIONS = {torch.flatten, torch.reshape, torch.squeeze, torch.unsqueeze, torch.transpose, torch.permute,
                      F.max_pool1d, F.max_pool2d, F.max_pool3d, F.dropout}

@@ -23,7 +23,7 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.concurrency import FRAMEWORK_STATE
-from hwquant.core.graph import Graph
+from hwquant.core.graph.model_graph import Graph
 from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.torch.export_capture import capture_with_export

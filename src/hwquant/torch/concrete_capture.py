@@ -38,7 +38,7 @@ from torch.fx.passes.shape_prop import TensorMetadata
 from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
-from hwquant.core.graph import Graph, NodeKind
+from hwquant.core.graph.model_graph import Graph, NodeKind
 from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.torch.decomposed_ops import fold_decomposed_ops
 from hwquant.torch.functional_layers import functional_calls_to_layers

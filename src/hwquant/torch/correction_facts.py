@@ -1,4 +1,4 @@
-"""The PyTorch side of the graph corrections (`CorrectionFacts` in core/framework_adapter.py):
+"""The PyTorch side of the graph corrections (`CorrectionFacts` in core/graph/framework_adapter.py):
 layer geometry, rebuilding a kernel layer with new weights, what an activation is and its bounds,
 which ops commute with a shift or a per-channel scale, and the nodes the corrections insert (a
 constant add, a constant pad). Mixed into `PytorchAdapter`."""
@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hwquant.core.framework_adapter import ActivationInfo, LinearGeometry
-from hwquant.core.graph import InputRef, Node, NodeKind
+from hwquant.core.graph.framework_adapter import ActivationInfo, LinearGeometry
+from hwquant.core.graph.model_graph import InputRef, Node, NodeKind
 from hwquant.torch.fx_graph import module_framework_attr, module_weights
 
 T = torch.Tensor
@@ -81,7 +81,7 @@ def _bound_arguments(node: Node) -> Optional[Dict[str, Any]]:
 
 
 class PytorchCorrectionFacts:
-    """Implements core.framework_adapter.CorrectionFacts for PyTorch (a mixin of PytorchAdapter)."""
+    """Implements core.graph.framework_adapter.CorrectionFacts for PyTorch (a mixin of PytorchAdapter)."""
 
     # ---- kernel layers ---------------------------------------------------------------------------
     def linear_geometry(self, node: Node) -> Optional[LinearGeometry]:

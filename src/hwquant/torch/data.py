@@ -1,4 +1,4 @@
-"""The representative dataset of a PyTorch model: each batch checked (core/representative_data.py
+"""The representative dataset of a PyTorch model: each batch checked (core/pipeline/representative_data.py
 does the passes) and converted to torch tensors. A batch is a list of tensors, one per positional
 input, or a dict naming the forward's parameters (a model whose forward takes its inputs by keyword):
 its entries become a list in the forward's parameter order."""
@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 import numpy as np
 import torch
 
-from hwquant.core.representative_data import BaseRepresentativeData, RepresentativeDataError
+from hwquant.core.pipeline.representative_data import BaseRepresentativeData, RepresentativeDataError
 
 
 def _forward_parameters(model: torch.nn.Module) -> List[inspect.Parameter]:

@@ -1,4 +1,4 @@
-"""torch.distributed's side of multi-process quantization (core/distributed.py holds the algorithms).
+"""torch.distributed's side of multi-process quantization (core/pipeline/distributed.py holds the algorithms).
 
 When the user's script has initialised ``torch.distributed`` (``torchrun``, ``init_process_group``) with
 more than one process, every facade quantizes across the ranks: each rank passes the same model, TPC and
@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence
 import torch
 import torch.distributed as dist
 
-from hwquant.core.distributed import SINGLE_PROCESS, Collective, DistributedError, register_process_rank
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS, Collective, DistributedError, register_process_rank
 from hwquant.errors import InvalidConfigError
 from hwquant.logger import set_progress_bars
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import hwquant.torch.distributed  # noqa: F401 (registers this process's rank: rank 0 alone writes files)
 from hwquant.concurrency import framework_call
-from hwquant.core.model_metadata import metadata_strings
+from hwquant.core.pipeline.model_metadata import metadata_strings
 from hwquant.errors import ExportError
 from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, MIN_ONNX_OPSET_VERSION,
                                       PytorchExportSerializationFormat, QuantizationFormat, as_format,

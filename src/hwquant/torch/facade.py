@@ -7,9 +7,9 @@ import time
 from typing import Any, Callable, Optional, Tuple
 
 from hwquant.concurrency import framework_call
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import check_target, debug_bypass, user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import check_target, debug_bypass, user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.logger import progress
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
@@ -56,7 +56,7 @@ def run_pytorch_ptq(in_module: Any, representative_data_gen: Callable[[], Any],
                     target_platform_capabilities: Any, keep_float_graph: bool = False):
     """The PTQ pipeline on a PyTorch model: (session, final pipeline state). QAT and GPTQ start here too
     (GPTQ keeps the float graph, its teacher: see ``run_ptq``)."""
-    from hwquant.core.pipeline import run_ptq
+    from hwquant.core.pipeline.stages import run_ptq
     from hwquant.torch.session import start_session
 
     check_target(target_resource_utilization)
@@ -72,8 +72,8 @@ def pytorch_resource_utilization_data(in_model: Any, representative_data_gen: Ca
     """Weights memory, activation memory, total memory (bytes) and BOPs of `in_model` quantized with
     every node at its TPC base config (the single-precision model; MCT's figures, of which users
     take fractions as mixed-precision targets). Weights memory counts the quantized weights only."""
-    from hwquant.core.pipeline import prepare
-    from hwquant.core.resource_utilization import base_config, compute_resource_utilization
+    from hwquant.core.pipeline.stages import prepare
+    from hwquant.core.pipeline.resource_utilization import base_config, compute_resource_utilization
     from hwquant.torch.session import start_session
 
     session = start_session(in_model, representative_data_gen, core_config, target_platform_capabilities)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from hwquant.core.graph import Graph, InputRef, Node, NodeKind, map_nested
+from hwquant.core.graph.model_graph import Graph, InputRef, Node, NodeKind, map_nested
 from hwquant.torch.custom_layers import is_custom_layer
 from hwquant.errors import HwquantError
 

@@ -6,7 +6,7 @@ from typing import Any, Dict, Optional
 
 from torch import fx, nn
 
-from hwquant.core.model_metadata import METADATA_ATTR
+from hwquant.core.pipeline.model_metadata import METADATA_ATTR
 
 # torch.fx restores the attributes listed in GraphModule.meta under this key after a deepcopy.
 _PRESERVED = "_user_preserved_attributes"

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from torch import fx
 
-from hwquant.core.config import MpDistanceWeighting
-from hwquant.core.distributed import SINGLE_PROCESS, Collective, gather_rows, my_share
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.configuration.config import MpDistanceWeighting
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS, Collective, gather_rows, my_share
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.core.mixed_precision.measurement import SensitivityBackend
 from hwquant.core.mixed_precision.sensitivity import point_weights
 from hwquant.torch.builder import QuantizerFactory, build_module, make_layer

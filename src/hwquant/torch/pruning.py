@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 from hwquant.concurrency import framework_call
-from hwquant.core.config import CoreConfig, ResourceUtilization
-from hwquant.core.graph import Graph
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization
+from hwquant.core.graph.model_graph import Graph
 from hwquant.pruning.config import PruningConfig, PruningInfo
 from hwquant.pruning.pruner import check_arguments, prune
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC

@@ -8,9 +8,9 @@ from typing import Any, Callable, Optional, Tuple
 from torch import nn
 
 from hwquant.concurrency import framework_call
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 from hwquant.qat.config import QATConfig
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq

@@ -21,8 +21,8 @@ from mct_quantizers.pytorch import quantizers as mctq
 from torch import nn
 
 from hwquant.constants import LUT_VALUES, LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math
-from hwquant.core.integer_accumulation import accumulator_bias
+from hwquant.core.numerics import quant_math
+from hwquant.core.numerics.integer_accumulation import accumulator_bias
 from hwquant.tpc.enums import QuantizationMethod
 
 

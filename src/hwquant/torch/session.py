@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import torch
 
-from hwquant.core.config import CoreConfig
-from hwquant.core.graph import Graph
-from hwquant.core.pipeline_state import PipelineState
+from hwquant.core.configuration.config import CoreConfig
+from hwquant.core.graph.model_graph import Graph
+from hwquant.core.pipeline.state import PipelineState
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.capture import capture

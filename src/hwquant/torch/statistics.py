@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from hwquant.core.statistics import BatchSummary, TensorStatistics
+from hwquant.core.statistics.tensor_statistics import BatchSummary, TensorStatistics
 
 
 def _rows_by_channel(t: torch.Tensor, axis: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from hwquant.concurrency import framework_call
-from hwquant.core.config import CoreConfig
+from hwquant.core.configuration.config import CoreConfig
 from hwquant.xquant.analysis import XQuantInputError, check_reference, model_inputs
 from hwquant.xquant.backend import BatchRun, LayerFacts, QuantizerFacts
 from hwquant.xquant.config import XQuantConfig
@@ -25,7 +25,7 @@ class TorchXQuantBackend:
 
     def __init__(self, float_model: torch.nn.Module, quantized_model: torch.nn.Module,
                  repr_dataset: Callable[[], Any], settings: RunSettings):
-        from hwquant.core.pipeline import prepare
+        from hwquant.core.pipeline.stages import prepare
         from hwquant.torch.output_error import flat_tensors
         from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
         from hwquant.torch.session import start_session

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Dict, List, Optional
 
 from pydantic import BeforeValidator, field_validator, model_validator
 
-from hwquant.core.config import Flag, NBits, PositiveFinite, QMethod, ValidatedConfig
+from hwquant.core.configuration.config import Flag, NBits, PositiveFinite, QMethod, ValidatedConfig
 
 __all__ = ["TrainableQuantizerCandidateConfig", "TrainableQuantizerWeightsConfig", "TrainableQuantizerActivationConfig"]
 

@@ -6,7 +6,7 @@ import inspect
 from enum import Enum
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.trainable_infrastructure.common import QuantizationTarget, get_trainable_quantizer_class
 from hwquant.trainable_infrastructure.config import (TrainableQuantizerActivationConfig,

@@ -20,7 +20,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 import numpy as np
 
 from hwquant.constants import MIN_THRESHOLD, RANGE_MAX, RANGE_MIN, SIGNED, THRESHOLD
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.trainable_infrastructure.common import QuantizationTarget

@@ -10,8 +10,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hwquant.core import quant_math
-from hwquant.core.graph import Graph
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.model_graph import Graph
 from hwquant.errors import HwquantError
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.xquant.backend import BatchRun, LayerFacts, XQuantBackend, per_tensor_range

@@ -9,8 +9,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequ
 
 import numpy as np
 
-from hwquant.core import quant_math
-from hwquant.core.graph import Graph
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.model_graph import Graph
 
 
 @dataclass

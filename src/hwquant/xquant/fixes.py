@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hwquant.core.graph import Graph
+from hwquant.core.graph.model_graph import Graph
 from hwquant.xquant.analysis import PairSums, TensorProfile, chunks, flat_output, top1_agreement
 from hwquant.xquant.backend import LayerFacts, XQuantBackend
 from hwquant.xquant.similarity import in_db
@@ -63,7 +63,7 @@ def _allowed_bits(node: Any) -> Tuple[set, Dict[str, set]]:
 
 def _set_activation_bits(name: str, bits: int) -> Callable[[Any], None]:
     def apply(core_config: Any) -> None:
-        from hwquant.core.network_editor import NodeNameFilter
+        from hwquant.core.configuration.network_editor import NodeNameFilter
         core_config.bit_width_config.set_manual_activation_bit_width(NodeNameFilter(name), bits)
     return apply
 
@@ -71,7 +71,7 @@ def _set_activation_bits(name: str, bits: int) -> Callable[[Any], None]:
 def _set_kernel_bits(name: str, bits: int) -> Callable[[Any], None]:
     def apply(core_config: Any) -> None:
         from hwquant.constants import KERNEL_ATTR
-        from hwquant.core.network_editor import NodeNameFilter
+        from hwquant.core.configuration.network_editor import NodeNameFilter
         core_config.bit_width_config.set_manual_weights_bit_width(NodeNameFilter(name), bits, KERNEL_ATTR)
     return apply
 
@@ -100,8 +100,8 @@ def _bit_width_fix(kind: str, title: str, why: str, names: Sequence[str], bits: 
 
 def _keep_float(name: str, activation: bool, weights: bool) -> Callable[[Any], None]:
     def apply(core_config: Any) -> None:
-        from hwquant.core.network_editor import (ChangeCandidatesActivationQuantConfigAttr,
-                                                 ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter)
+        from hwquant.core.configuration.network_editor import (ChangeCandidatesActivationQuantConfigAttr,
+                                                               ChangeCandidatesWeightsQuantConfigAttr, EditRule, NodeNameFilter)
         rules = core_config.debug_config.network_editor
         if activation:
             rules.append(EditRule(NodeNameFilter(name),
@@ -121,7 +121,7 @@ def _set_quantization(**change: Any) -> Callable[[Any], None]:
 
 def _qc_code(qc: Any, **change: Any) -> str:
     """``mct.core.QuantizationConfig(...)`` with the run's non-default settings and the change."""
-    from hwquant.core.quantization_config import QuantizationConfig
+    from hwquant.core.configuration.quantization_config import QuantizationConfig
 
     default = QuantizationConfig()
     args = {k: getattr(qc, k) for k in type(qc).model_fields
@@ -246,7 +246,7 @@ def global_fixes(causes: Dict[str, list], qc: Any, config: Any, layers: Dict[str
                                     f"the TPC offers wider activations for {len(wider)} layer(s) ({', '.join(wider[:3])}"
                                     f"{', ...' if len(wider) > 3 else ''}): the upper bound of what wider activations "
                                     "give", wider, top, False))
-    from hwquant.core.error_methods import QuantizationErrorMethod
+    from hwquant.core.configuration.error_methods import QuantizationErrorMethod
     alternative = QuantizationErrorMethod.NOCLIPPING if qc.activation_error_method != QuantizationErrorMethod.NOCLIPPING \
         else QuantizationErrorMethod.MSE
     fixes.append(Fix("error_method", f"activation ranges by {alternative.name} (now {qc.activation_error_method.name})",
@@ -277,7 +277,7 @@ def pinned_core_config(core_config: Any, layers: Dict[str, LayerFacts], referenc
     reproduces the model's precision (a mixed-precision choice, the user's own bit widths) without the
     settings that led to it. Returns (config, layers pinned)."""
     from hwquant.constants import KERNEL_ATTR
-    from hwquant.core.network_editor import NodeNameFilter
+    from hwquant.core.configuration.network_editor import NodeNameFilter
 
     cfg = copy.deepcopy(core_config)
     pinned = 0

@@ -68,7 +68,7 @@ def run_report(make_backend: Callable[[RunSettings], XQuantBackend], metadata: D
 def settings_for(metadata: Dict[str, Any], config: XQuantConfig) -> RunSettings:
     """The settings to quantize again with: XQuantConfig's, else those the model's metadata records, else the
     defaults (said in the notes)."""
-    from hwquant.core.model_metadata import settings_of
+    from hwquant.core.pipeline.model_metadata import settings_of
     from hwquant.tpc.platforms import get_target_platform_capabilities
     from hwquant.tpc.serialization import load_target_platform_capabilities
 
@@ -77,12 +77,12 @@ def settings_for(metadata: Dict[str, Any], config: XQuantConfig) -> RunSettings:
         qc, tpc, target, notes = settings_of(metadata)
         source = "read from the quantized model"
     else:
-        from hwquant.core.quantization_config import QuantizationConfig
+        from hwquant.core.configuration.quantization_config import QuantizationConfig
         qc, tpc, target = QuantizationConfig(), get_target_platform_capabilities(), None
         source = "defaults"
         notes.append("the quantized model carries no hwquant settings (made by another tool?): fixes are measured with "
                      "the default settings and TPC; pass XQuantConfig(core_config=..., target_platform_capabilities=...)")
-    from hwquant.core.config import CoreConfig
+    from hwquant.core.configuration.config import CoreConfig
     core_config = config.core_config if config.core_config is not None else CoreConfig(quantization_config=qc)
     if config.core_config is not None:
         source = "given in XQuantConfig"
@@ -329,7 +329,7 @@ def _resources(backend: XQuantBackend, layers: Dict[str, LayerFacts], target: An
     """The quantized model's resource figures as the mixed-precision search counts them (weights, activation and
     total memory in bytes, BOPs): each node at the candidate of its bit widths in the quantized model, beside
     the run's targets."""
-    from hwquant.core.resource_utilization import compute_resource_utilization
+    from hwquant.core.pipeline.resource_utilization import compute_resource_utilization
 
     def config_of(node: Any) -> Any:
         if not node.candidates:

@@ -16,12 +16,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
-from hwquant.core.distributed import SINGLE_PROCESS, Collective, first_batches, gather_rows, my_share
-from hwquant.core.graph import Graph, Node
+from hwquant.core.configuration.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting
+from hwquant.core.pipeline.distributed import SINGLE_PROCESS, Collective, first_batches, gather_rows, my_share
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.core.mixed_precision.sensitivity import (combine_distances, compared_outputs, interest_points, needs_measurement,
                                                       normalise_scores)
-from hwquant.core.resource_utilization import max_bits_config
+from hwquant.core.pipeline.resource_utilization import max_bits_config
 
 
 class SensitivityBackend(ABC):

@@ -16,10 +16,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from hwquant.core.config import RUTarget
-from hwquant.core.graph import Graph, Node
-from hwquant.core.resource_utilization import (activation_elements, bits_source, kernel_bits, kernel_macs, live_sets,
-                                               node_activation_bits, node_weights_bytes, padding_layers)
+from hwquant.core.configuration.config import RUTarget
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.pipeline.resource_utilization import (activation_elements, bits_source, kernel_bits, kernel_macs, live_sets,
+                                                        node_activation_bits, node_weights_bytes, padding_layers)
 
 Var = Tuple[int, int]  # (configurable node index, candidate index)
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from hwquant.core.config import RUTarget
+from hwquant.core.configuration.config import RUTarget
 from hwquant.core.mixed_precision.resources import ResourceModel, Row
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, List, Optional
 
-from hwquant.core.config import RU_FIELDS, MixedPrecisionQuantizationConfig, ResourceUtilization, RUTarget
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph
+from hwquant.core.configuration.config import RU_FIELDS, MixedPrecisionQuantizationConfig, ResourceUtilization, RUTarget
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph
 from hwquant.core.mixed_precision.measurement import candidate_sensitivity
 from hwquant.core.mixed_precision.resources import ResourceModel
 from hwquant.core.mixed_precision.search import fits, minimum, monotone, refine, search
-from hwquant.core.pipeline_state import MixedPrecisionResult
-from hwquant.core.resource_utilization import max_bits_config
+from hwquant.core.pipeline.state import MixedPrecisionResult
+from hwquant.core.pipeline.resource_utilization import max_bits_config
 from hwquant.errors import InvalidConfigError
 
 log = logging.getLogger("hwquant.mixed_precision")

@@ -9,9 +9,9 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from hwquant.core.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting, MpMetricNormalization
-from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.core.resource_utilization import max_bits_config
+from hwquant.core.configuration.config import MixedPrecisionQuantizationConfig, MpDistanceWeighting, MpMetricNormalization
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
+from hwquant.core.pipeline.resource_utilization import max_bits_config
 
 
 def needs_measurement(cfg: MixedPrecisionQuantizationConfig) -> bool:

@@ -21,11 +21,11 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from hwquant.core import quant_math
-from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
-from hwquant.core.graph import Graph, Node
-from hwquant.core.node_params import add_to_bias
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.framework_adapter import FrameworkAdapter, LinearGeometry
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.statistics.node_parameters import add_to_bias
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 
 
 def _kernel_config(node: Node, config, adapter: FrameworkAdapter):

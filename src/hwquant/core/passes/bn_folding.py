@@ -11,8 +11,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph, Node
 
 
 def fold_batch_norms(graph: Graph, adapter: FrameworkAdapter, priors: Optional[dict] = None,

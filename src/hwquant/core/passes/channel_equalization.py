@@ -25,8 +25,8 @@ from typing import Dict, Tuple
 import numpy as np
 from scipy.special import erf
 
-from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.framework_adapter import FrameworkAdapter, LinearGeometry
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.core.passes.linear_collapsing import single_reader
 
 Priors = Dict[str, Tuple[np.ndarray, np.ndarray]]  # layer name -> per-channel (mean, std) of its output

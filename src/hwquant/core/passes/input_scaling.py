@@ -23,10 +23,10 @@ import copy
 from typing import Dict, List
 
 from hwquant.constants import THRESHOLD
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph, Node
-from hwquant.core.node_params import set_weights_params
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.statistics.node_parameters import set_weights_params
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import QuantizationMethod
 

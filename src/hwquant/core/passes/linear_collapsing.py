@@ -25,8 +25,8 @@ from typing import Optional, Tuple, cast
 
 import numpy as np
 
-from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.framework_adapter import FrameworkAdapter, LinearGeometry
+from hwquant.core.graph.model_graph import Graph, Node
 
 
 def single_reader(graph: Graph, node: Node) -> Optional[Node]:

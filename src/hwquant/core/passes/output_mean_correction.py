@@ -25,8 +25,8 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 
-from hwquant.core.graph import Graph, Node, NodeKind, map_input_refs
-from hwquant.core.node_params import add_to_bias
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind, map_input_refs
+from hwquant.core.statistics.node_parameters import add_to_bias
 
 
 class NodeRunner(Protocol):

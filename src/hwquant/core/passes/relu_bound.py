@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph
 from hwquant.core.passes.linear_collapsing import single_reader
 
 RELU_POT_BOUND = 8.0

@@ -15,8 +15,8 @@ from typing import Dict, Optional
 
 import numpy as np
 
-from hwquant.core.framework_adapter import FrameworkAdapter, LinearGeometry
-from hwquant.core.graph import Graph
+from hwquant.core.graph.framework_adapter import FrameworkAdapter, LinearGeometry
+from hwquant.core.graph.model_graph import Graph
 from hwquant.core.passes.linear_collapsing import single_reader
 
 

@@ -52,12 +52,12 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from hwquant.constants import IMX500_TPC, SIGNED, THRESHOLD
-from hwquant.core.framework_adapter import FrameworkAdapter, spatial_axes
-from hwquant.core.graph import Graph, Node
-from hwquant.core.node_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
-from hwquant.core.node_params import collect_statistics, set_activation_params, set_weights_params
+from hwquant.core.graph.framework_adapter import FrameworkAdapter, spatial_axes
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.graph.node_quantization_config import NodeQuantizationConfig, NodeWeightsQuantizationConfig
+from hwquant.core.statistics.node_parameters import collect_statistics, set_activation_params, set_weights_params
 from hwquant.core.passes.linear_collapsing import single_reader
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 log = logging.getLogger("hwquant.passes")

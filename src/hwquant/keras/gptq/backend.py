@@ -10,7 +10,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss
 from hwquant.gptq.config import GradientPTQConfig

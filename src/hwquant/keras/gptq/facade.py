@@ -10,9 +10,9 @@ from typing import Any, Callable, Optional, Tuple, Union
 import keras
 
 from hwquant.concurrency import KERAS_LOCK
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import debug_bypass, user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import debug_bypass, user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, BIAS_MOMENTUM, LR_BIAS_DEFAULT, LR_DEFAULT,
                                  LR_REST_DEFAULT, GradientPTQConfig, GradualActivationQuantizationConfig,
                                  gptq_config_with_defaults)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import keras
 import numpy as np
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.errors import InvalidConfigError
 from hwquant.keras.builder import build_model
 from hwquant.keras.quantized_model import HOLDER_SUFFIX, QuantizationBlocks, activation_quantizer, quantized_weights

@@ -14,7 +14,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.keras.trainable.base import (BaseKerasActivationTrainableQuantizer, BaseKerasTrainableQuantizer,
                                           BaseKerasWeightTrainableQuantizer)
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hwquant.core.graph import Graph, Node
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.core.mixed_precision.sensitivity import compared_outputs
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss

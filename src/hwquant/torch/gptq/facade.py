@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from hwquant.concurrency import framework_call
-from hwquant.core.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.facade_common import debug_bypass, user_information
-from hwquant.core.model_metadata import quantization_metadata
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
+from hwquant.core.pipeline.facade_steps import debug_bypass, user_information
+from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, BIAS_MOMENTUM, LR_BIAS_DEFAULT, LR_DEFAULT,
                                  LR_REST_DEFAULT, GradientPTQConfig, GradualActivationQuantizationConfig,
                                  gptq_config_with_defaults)

@@ -23,7 +23,7 @@ from typing import List
 import torch
 from torch import nn
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType, checked_gptq_quantizer_args
 from hwquant.gptq.soft_rounding import initial_soft_rounding, rounding_regularization, soft_targets

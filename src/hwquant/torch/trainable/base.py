@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 from torch import nn
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.trainable_infrastructure.common import VariableGroup
 from hwquant.trainable_infrastructure.quantizer_spec import TrainableConfig, TrainableQuantizerSpec

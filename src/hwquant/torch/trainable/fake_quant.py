@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 
 
 class _AffineFakeQuantize(torch.autograd.Function):

@@ -17,9 +17,9 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from hwquant.core import quant_math
-from hwquant.core.graph import Graph, Node
-from hwquant.core.integer_accumulation import input_grid_source
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.numerics.integer_accumulation import input_grid_source
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.builder import QuantizerFactory, _moves_values, build_module
 from hwquant.torch.quantizers import PytorchQuantizationWrapper, _integer_kernel, quantizer_slots, set_quantizer

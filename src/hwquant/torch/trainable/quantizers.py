@@ -13,7 +13,7 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
-from hwquant.core import quant_math
+from hwquant.core.numerics import quant_math
 from hwquant.torch.trainable.base import BasePytorchActivationTrainableQuantizer, BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence
 
 from hwquant.constants import KERNEL_ATTR
-from hwquant.core.config import CoreConfig
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.configuration.config import CoreConfig
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.core.passes.linear_collapsing import single_reader
-from hwquant.core.node_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
-                                      NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
+from hwquant.core.graph.node_quantization_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
+                                                         NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
 from hwquant.errors import InvalidConfigError
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.tpc.schema import AttributeQuantizationConfig, OpQuantizationConfig

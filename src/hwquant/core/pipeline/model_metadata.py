@@ -72,8 +72,8 @@ def run_record(state: Any) -> Dict[str, Any]:
 def settings_of(metadata: Dict[str, Any]) -> tuple:
     """(QuantizationConfig, TPC, ResourceUtilization or None, notes) read back from a model's metadata; what
     cannot be read back is said in ``notes`` and left at its default."""
-    from hwquant.core.config import ResourceUtilization
-    from hwquant.core.quantization_config import QuantizationConfig
+    from hwquant.core.configuration.config import ResourceUtilization
+    from hwquant.core.configuration.quantization_config import QuantizationConfig
     from hwquant.tpc.platforms import get_target_platform_capabilities
 
     notes = []

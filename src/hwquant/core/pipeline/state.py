@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from hwquant.core.config import CoreConfig, ResourceUtilization
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.configuration.config import CoreConfig, ResourceUtilization
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.schema import TargetPlatformCapabilities
 
 

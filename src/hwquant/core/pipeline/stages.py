@@ -14,12 +14,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import numpy as np
 
-from hwquant.core import candidates as cand
-from hwquant.core.consumer_error import consumer_value_map
-from hwquant.core.distributed import check_same_run, first_batches
-from hwquant.core.float_layers import layers_left_float, log_layers_left_float
-from hwquant.core.graph import Graph
-from hwquant.core.node_params import collect_statistics, restore_biases, set_activation_params, set_weights_params
+from hwquant.core.pipeline import candidates as cand
+from hwquant.core.statistics.consumer_error import consumer_value_map
+from hwquant.core.pipeline.distributed import check_same_run, first_batches
+from hwquant.core.pipeline.float_layers import layers_left_float, log_layers_left_float
+from hwquant.core.graph.model_graph import Graph
+from hwquant.core.statistics.node_parameters import collect_statistics, restore_biases, set_activation_params, set_weights_params
 from hwquant.core.passes.bias_correction import apply_bias_correction, bias_correction_inputs
 from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.core.passes.channel_equalization import batch_norm_priors, equalize_activation_channels
@@ -28,8 +28,8 @@ from hwquant.core.passes.linear_collapsing import collapse_linear_layers
 from hwquant.core.passes.relu_bound import bound_relus_to_power_of_2
 from hwquant.core.passes.residual_collapsing import collapse_residuals
 from hwquant.core.passes.shift_negative import apply_shift_negative_correction
-from hwquant.core.pipeline_state import PipelineState
-from hwquant.core.tpc_overrides import apply_quantization_config_overrides
+from hwquant.core.pipeline.state import PipelineState
+from hwquant.core.configuration.tpc_overrides import apply_quantization_config_overrides
 
 log = logging.getLogger("hwquant.pipeline")
 

@@ -2,7 +2,7 @@
 from enum import IntEnum
 from typing import Any, Dict, NamedTuple, Optional, Sequence
 
-from hwquant.core.config import QuantizationConfig, QuantizationErrorMethod  # noqa: F401 (re-exported)
+from hwquant.core.configuration.config import QuantizationConfig, QuantizationErrorMethod  # noqa: F401 (re-exported)
 
 
 class ChannelAxis(IntEnum):

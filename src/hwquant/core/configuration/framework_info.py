@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from hwquant.core.config import DefaultDict
+from hwquant.core.configuration.config import DefaultDict
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.tpc.schema import bind_positional
 

@@ -11,8 +11,8 @@ from collections import namedtuple
 from typing import Any, Callable, ClassVar, Dict, Iterable, Optional, Union
 
 from hwquant.constants import MAX_N_BITS, MIN_N_BITS
-from hwquant.core.error_methods import QuantizationErrorMethod
-from hwquant.core.validation import as_bool, as_enum, as_int, as_real
+from hwquant.core.configuration.error_methods import QuantizationErrorMethod
+from hwquant.core.configuration.validation import as_bool, as_enum, as_int, as_real
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 __all__ = [

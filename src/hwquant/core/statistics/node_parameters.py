@@ -8,13 +8,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from hwquant.constants import LUT_VALUES_BITWIDTH, RANGE_MAX, RANGE_MIN
-from hwquant.core.consumer_error import ValueMap
-from hwquant.core.distributed import statistics_pass
-from hwquant.core.framework_adapter import FrameworkAdapter
-from hwquant.core.graph import Graph, Node
-from hwquant.core.node_config import NodeQuantizationConfig
-from hwquant.core.params import activation_quantization_params, weights_quantization_params
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.statistics.consumer_error import ValueMap
+from hwquant.core.pipeline.distributed import statistics_pass
+from hwquant.core.graph.framework_adapter import FrameworkAdapter
+from hwquant.core.graph.model_graph import Graph, Node
+from hwquant.core.graph.node_quantization_config import NodeQuantizationConfig
+from hwquant.core.statistics.parameter_search import activation_quantization_params, weights_quantization_params
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod
 
 
@@ -38,7 +38,7 @@ def set_activation_params(config: NodeQuantizationConfig, stats: TensorStatistic
                           value_map: Optional[ValueMap] = None,
                           output_range: Optional[Tuple[Optional[float], Optional[float]]] = None) -> None:
     """The activation's quantization parameters from its statistics; ``value_map``: the element-wise
-    function its readers apply, to judge the error after it (core/consumer_error.py); ``output_range``:
+    function its readers apply, to judge the error after it (core/statistics/consumer_error.py); ``output_range``:
     the range its operator bounds it to (the adapter's ``output_range``), which no statistic narrows."""
     a = config.activation_quantization_cfg
     if not a.quantized:

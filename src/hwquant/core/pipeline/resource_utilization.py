@@ -28,9 +28,9 @@ from typing import Callable, Collection, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from hwquant.constants import FLOAT_BITWIDTH
-from hwquant.core.config import ResourceUtilization
-from hwquant.core.graph import Graph, Node, NodeKind
-from hwquant.core.node_config import NodeQuantizationConfig
+from hwquant.core.configuration.config import ResourceUtilization
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
+from hwquant.core.graph.node_quantization_config import NodeQuantizationConfig
 
 ConfigOf = Callable[[Node], Optional[NodeQuantizationConfig]]
 

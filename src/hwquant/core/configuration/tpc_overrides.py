@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from hwquant.constants import KERNEL_ATTR
-from hwquant.core.config import QuantizationConfig
+from hwquant.core.configuration.config import QuantizationConfig
 from hwquant.tpc.schema import Fusing, OperatorsSet, OpQuantizationConfig, QuantizationConfigOptions, TargetPlatformCapabilities
 
 _ACTIVATION = ("activation_quantization_method", "activation_n_bits")

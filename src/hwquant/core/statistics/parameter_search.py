@@ -5,7 +5,7 @@ Two entry points:
 - :func:`activation_quantization_params` works on the histogram of a :class:`TensorStatistics`;
 - :func:`weights_quantization_params` works on the weight array itself, per tensor or per channel.
 
-Both return the params dict that :func:`hwquant.core.quant_math.make_grid` reads:
+Both return the params dict that :func:`hwquant.core.numerics.quant_math.make_grid` reads:
 POWER_OF_TWO / SYMMETRIC -> ``{THRESHOLD, SIGNED}`` (weights: ``{THRESHOLD}``, always signed),
 UNIFORM -> ``{RANGE_MIN, RANGE_MAX}`` (already made to contain zero, with zero on the grid),
 LUT_POT_QUANTIZER / LUT_SYM_QUANTIZER -> ``{LUT_VALUES, THRESHOLD}`` (+ ``SIGNED`` for activations).
@@ -54,11 +54,11 @@ import numpy as np
 
 from hwquant.constants import (LUT_VALUES, LUT_VALUES_BITWIDTH, MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD, RANGE_MAX,
                                RANGE_MIN, SIGNED, THRESHOLD)
-from hwquant.core.arrays import as_float_array
-from hwquant.core.config import QuantizationErrorMethod
-from hwquant.core.quant_math import (LUT_VALUES_BITWIDTH_KEY, AffineGrid, fake_quantize, fix_range_to_include_zero,
-                                     grid_range, power_of_two_threshold, quantize, symmetric_grid, uniform_grid)
-from hwquant.core.statistics import TensorStatistics
+from hwquant.core.numerics.arrays import as_float_array
+from hwquant.core.configuration.config import QuantizationErrorMethod
+from hwquant.core.numerics.quant_math import (LUT_VALUES_BITWIDTH_KEY, AffineGrid, fake_quantize, fix_range_to_include_zero,
+                                              grid_range, power_of_two_threshold, quantize, symmetric_grid, uniform_grid)
+from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 
 __all__ = ["activation_quantization_params", "weights_quantization_params", "lut_kmeans_1d"]
@@ -434,7 +434,7 @@ def activation_quantization_params(method, n_bits: int, error_method, stats: Ten
     range to it). Errors are computed on the histogram bin centres weighted by their counts.
     HMSE falls back to MSE (no Hessian scores here). ``value_map`` f (numpy, element-wise): the
     MSE / MAE / LP errors compare f(x) with f(q(x)), the values the tensor's reader passes on
-    (core/consumer_error.py); KL and NOCLIPPING ignore it. ``pot_clip_tolerance`` (NOCLIPPING,
+    (core/statistics/consumer_error.py); KL and NOCLIPPING ignore it. ``pot_clip_tolerance`` (NOCLIPPING,
     POWER_OF_TWO): take the power of two below the no-clipping one when its largest grid value is
     within this fraction of the largest magnitude.
 

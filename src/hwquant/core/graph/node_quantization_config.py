@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
 from hwquant.constants import MIN_THRESHOLD
-from hwquant.core.config import QuantizationConfig, QuantizationErrorMethod
+from hwquant.core.configuration.config import QuantizationConfig, QuantizationErrorMethod
 from hwquant.tpc.enums import QuantizationMethod, Signedness
 from hwquant.tpc.schema import AttributeQuantizationConfig, OpQuantizationConfig
 

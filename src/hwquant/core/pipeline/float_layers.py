@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from hwquant.core.graph import Graph, Node, NodeKind
+from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 
 log = logging.getLogger("hwquant.float_layers")
 KEPT_WHOLE = ("a custom operator kept whole (its inputs are quantized as the layers before it quantize them; it and "

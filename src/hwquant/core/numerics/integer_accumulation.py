@@ -19,8 +19,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from hwquant.core import quant_math
-from hwquant.core.graph import Graph, Node
+from hwquant.core.numerics import quant_math
+from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.tpc.enums import OperatorSetNames as Ops
 
 # Operator sets whose output values are some of their input's values (moved, not computed), so the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from hwquant.core.config import RU_FIELDS, ResourceUtilization, UserInformation
+from hwquant.core.configuration.config import RU_FIELDS, ResourceUtilization, UserInformation
 from hwquant.errors import InvalidConfigError
 
 
@@ -23,7 +23,7 @@ def check_target(target: Optional[ResourceUtilization]) -> None:
 
 def user_information(state: Any, adapter: Any) -> UserInformation:
     """What a quantization run reports: resource utilization, mixed-precision choice, input scale."""
-    from hwquant.core.resource_utilization import final_config, resource_utilization_against_float
+    from hwquant.core.pipeline.resource_utilization import final_config, resource_utilization_against_float
 
     info = UserInformation()
     final, info.float_resource_utilization = resource_utilization_against_float(state.graph, final_config, adapter)

@@ -14,7 +14,7 @@
   and no sample is ever kept. To keep calibration fast on big activations, each batch adds at most
   ``max_hist_samples_per_batch`` values to the histogram: a uniform random subsample (with
   replacement) drawn from a generator seeded with (seed, the batch's index). Each batch's draw depends
-  on nothing else, so batches summarised in other processes (core/distributed.py) and added in their
+  on nothing else, so batches summarised in other processes (core/pipeline/distributed.py) and added in their
   order give the same statistics, bit for bit. Min / max / mean / std stay exact on the full tensor.
 
 A value lands in bin ``g`` exactly when ``g * w <= x < (g + 1) * w`` (checked against the float
@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
-from hwquant.core.arrays import as_float_array
+from hwquant.core.numerics.arrays import as_float_array
 
 __all__ = ["TensorStatistics", "BatchSummary", "summarize"]
 
@@ -360,7 +360,7 @@ class TensorStatistics:
         same batch summaries in the same order, each with the samples of its own batches only (the others'
         with empty samples). The window and the bin width follow the batches' extremes alone, and adding,
         merging and re-centring bins are linear in the counts, so the sum is what one process adding every
-        sample counts, exactly (core/distributed.py). Returns self."""
+        sample counts, exactly (core/pipeline/distributed.py). Returns self."""
         present = [c for c in counts if c is not None]
         if present:
             if self._counts is None or any(c.shape != self._counts.shape for c in present):

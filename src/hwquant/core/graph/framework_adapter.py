@@ -12,8 +12,8 @@ from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Tupl
 
 import numpy as np
 
-from hwquant.core.framework_info import FrameworkInfo
-from hwquant.core.graph import Graph, Node
+from hwquant.core.configuration.framework_info import FrameworkInfo
+from hwquant.core.graph.model_graph import Graph, Node
 
 
 def spatial_axes(rank: int, channel_axis: int) -> Tuple[int, ...]:
@@ -145,7 +145,7 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
     # The channel axis of activations (PyTorch 1, channels first; Keras -1, channels last): per-channel
     # statistics, and the convolutions' channels. A dense layer always reads the last axis.
     activation_channel_axis: int
-    # The processes this run spans (core/distributed.py): SINGLE_PROCESS unless the framework's own
+    # The processes this run spans (core/pipeline/distributed.py): SINGLE_PROCESS unless the framework's own
     # multi-process runtime is initialised (torch.distributed)
     collective: Any
 
@@ -176,7 +176,7 @@ class FrameworkAdapter(CorrectionFacts, Protocol):
     def output_range(self, node: Node) -> Optional[Tuple[Optional[float], Optional[float]]]:
         """(min, max) the node's operator bounds its output to (softmax, sigmoid (0, 1); tanh (-1, 1); None
         on an unbounded side), from the FrameworkInfo's layer / activation min-max mappings; None when
-        unknown. Activation thresholds then span it (core/params.py): no statistic narrows a known range."""
+        unknown. Activation thresholds then span it (core/statistics/parameter_search.py): no statistic narrows a known range."""
 
     def collect_statistics(self, graph: Graph, statistics: Dict[str, Any], data: Iterable[List[Any]],
                            quantized: bool = False) -> int:

@@ -16,9 +16,9 @@ from typing import Annotated, Any, Callable, ClassVar, Dict, List, Optional, Set
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from hwquant.constants import MAX_N_BITS, MIN_N_BITS, MIN_THRESHOLD
-from hwquant.core.error_methods import QuantizationErrorMethod, ThresholdSelectionMethod  # noqa: F401 (re-exported)
-from hwquant.core.network_editor import BaseNodeMatcher, EditRule
-from hwquant.core.validation import as_bool, as_enum, as_int, as_real
+from hwquant.core.configuration.error_methods import QuantizationErrorMethod, ThresholdSelectionMethod  # noqa: F401 (re-exported)
+from hwquant.core.configuration.network_editor import BaseNodeMatcher, EditRule
+from hwquant.core.configuration.validation import as_bool, as_enum, as_int, as_real
 from hwquant.tpc.enums import QuantizationMethod
 from hwquant.tpc.schema import bind_positional
 

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from hwquant.core.framework_adapter import ActivationInfo
+from hwquant.core.graph.framework_adapter import ActivationInfo
 
 ValueMap = Callable[[np.ndarray], np.ndarray]
 
