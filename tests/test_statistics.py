@@ -280,3 +280,22 @@ def test_fast_summary_agrees_with_the_precise_one(axis):
     assert (fast.min, fast.max, fast.count) == (precise.min, precise.max, precise.count)
     assert fast.mean == pytest.approx(precise.mean, rel=1e-5) and fast.m2 == pytest.approx(precise.m2, rel=1e-4)
     np.testing.assert_array_equal(fast.sample, precise.sample)
+
+
+def test_a_batch_summarised_in_chunks_gives_the_batch_statistics():
+    """A framework that runs a batch in chunks (Keras, to bound memory) keeps the batch's histogram sample:
+    the statistics are those of the whole batch, whatever the chunk size."""
+    from hwquant.core.statistics.tensor_statistics import merge_chunks, summarize
+
+    rng = np.random.default_rng(3)
+    batches = [rng.standard_normal((12, 40, 40, 6)).astype(np.float32) * 2 + 0.5 for _ in range(2)]
+    whole = TensorStatistics(channel_axis=-1, per_channel=True, max_hist_samples_per_batch=5000)
+    chunked = TensorStatistics(channel_axis=-1, per_channel=True, max_hist_samples_per_batch=5000)
+    for b in batches:
+        whole.add(summarize(b, whole))
+        chunked.add(merge_chunks([summarize(b[i:i + 5], chunked, rows_of=(i, len(b))) for i in range(0, len(b), 5)]))
+    for a, b in zip(whole.histogram(), chunked.histogram()):
+        np.testing.assert_array_equal(a, b)
+    assert whole.min == chunked.min and whole.max == chunked.max
+    np.testing.assert_allclose([whole.mean, whole.std], [chunked.mean, chunked.std], rtol=1e-6)
+    np.testing.assert_allclose(whole.channel_mean, chunked.channel_mean, rtol=1e-6)

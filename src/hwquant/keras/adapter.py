@@ -21,7 +21,7 @@ from hwquant.core.configuration.framework_info import FrameworkInfo
 from hwquant.core.graph.model_graph import Graph, Node, NodeKind
 from hwquant.tpc.attachment import whole_table
 from hwquant.core.pipeline.distributed import SINGLE_PROCESS
-from hwquant.core.statistics.tensor_statistics import summarize
+from hwquant.core.statistics.tensor_statistics import merge_chunks, summarize
 from hwquant.keras.attach import OPSET_TO_LAYERS, attach_tpc
 from hwquant.keras.builder import build_model
 from hwquant.keras.inference import predict_on_batch
@@ -166,11 +166,15 @@ class KerasAdapter(KerasCorrectionFacts):
         model = build_model(graph, extra_outputs=names)
         batches = 0
         for batch in data:  # predict_on_batch: inference only (no gradient graph on any backend), numpy out
-            for start in range(0, len(batch[0]), STATISTICS_CHUNK):  # every activation of a chunk is held at once
+            n, chunks = len(batch[0]), {name: [] for name in names}
+            for start in range(0, n, STATISTICS_CHUNK):  # every activation of a chunk is held at once
                 chunk = [a[start:start + STATISTICS_CHUNK] for a in batch]
                 _, values = predict_on_batch(model, chunk if len(chunk) > 1 else chunk[0])
                 for name, value in zip(names, values):
-                    statistics[name].add(summarize(np.asarray(value, np.float32), statistics[name], precise=False))
+                    chunks[name].append(summarize(np.asarray(value, np.float32), statistics[name], precise=False,
+                                                  rows_of=(start, n)))
+            for name in names:  # one summary per batch, as every framework gives: the same histogram samples
+                statistics[name].add(merge_chunks(chunks[name]))
             batches += 1
         return batches
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -445,8 +445,11 @@ def _column_reduce(rows: np.ndarray, reduce) -> np.ndarray:
     return reduce(np.stack([out, reduce(rows[whole:], axis=0)]), axis=0) if whole < m else out
 
 
-def summarize(x, stats: TensorStatistics, precise: bool = True) -> BatchSummary:
+def summarize(x, stats: TensorStatistics, precise: bool = True, rows_of: Optional[tuple] = None) -> BatchSummary:
     """The numpy summary of a batch for `stats` (its channel axis, per-channel flag, subsampling).
+    ``rows_of=(first, n)``: ``x`` is the samples ``first, first + 1, ...`` of an ``n``-sample batch run in
+    chunks: its histogram sample is its share of the whole batch's (``merge_chunks`` adds the chunks up), so
+    the statistics do not depend on the chunk size.
     Per-channel extremes come from a (values, channels) matrix (a free view of channels-last
     activations). precise: the mean and spread in float64 around the mean (exact to ~1e-13, also for
     a large offset); otherwise from float32 sums and the sum of squares, as the torch summariser
@@ -480,9 +483,33 @@ def summarize(x, stats: TensorStatistics, precise: bool = True) -> BatchSummary:
         total = float(ch_sum.sum()) if ch_sum is not None else float(np.add.reduce(flat, dtype=np.float32))
         mean = total / flat.size
         m2 = max(float(np.dot(flat, flat)) - flat.size * mean * mean, 0.0)
-    idx = stats.sample_indices(flat.size)
+    if rows_of is None or x.ndim == 0:
+        idx = stats.sample_indices(flat.size)
+    else:  # the batch's draw, restricted to this chunk's values (batch first: a contiguous range)
+        per_row = flat.size // max(len(x), 1)
+        idx = stats.sample_indices(per_row * rows_of[1])
+        if idx is not None:
+            offset = per_row * rows_of[0]
+            idx = idx[(idx >= offset) & (idx < offset + flat.size)] - offset
     sample = flat if idx is None else flat[idx]
     summary = BatchSummary(flat.size, lo, hi, mean, m2, sample, shape=x.shape)
     if rows is not None:
         summary.channel_min, summary.channel_max, summary.channel_sum = ch_min, ch_max, ch_sum
     return summary
+
+
+def merge_chunks(chunks: List[BatchSummary]) -> BatchSummary:
+    """One batch's summary from the summaries of its chunks (``summarize(..., rows_of=...)``, in order)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    count = sum(c.count for c in chunks)
+    mean = sum(c.mean * c.count for c in chunks) / max(count, 1)
+    m2 = sum(c.m2 + c.count * (c.mean - mean) ** 2 for c in chunks)
+    merged = BatchSummary(count, min(c.min for c in chunks), max(c.max for c in chunks), mean, m2,
+                          np.concatenate([c.sample for c in chunks]),
+                          shape=(sum(c.shape[0] for c in chunks),) + tuple(chunks[0].shape[1:]))
+    if chunks[0].channel_min is not None:
+        merged.channel_min = np.minimum.reduce(np.stack([np.asarray(c.channel_min) for c in chunks]))
+        merged.channel_max = np.maximum.reduce(np.stack([np.asarray(c.channel_max) for c in chunks]))
+        merged.channel_sum = np.add.reduce(np.stack([np.asarray(c.channel_sum) for c in chunks]))
+    return merged
