@@ -1,9 +1,6 @@
-"""GPTQ weight quantizers for Keras 3, the twins of torch/gptq/quantizers.py (where the two rounding
-types are described): soft rounding (AdaRound's rectified sigmoid ``h(v)``) and STE rounding of
-shifted weights, on symmetric / power-of-two and uniform grids. The layer's float kernel is fixed:
-the rounding variable ``<kernel>_auxvar`` (``VariableGroup.WEIGHTS``) and, with
-``quantization_parameter_learning``, the grid's threshold / scale (``QPARAMS``) train. The call rounds
-softly while training and hard otherwise (``training`` False or None: the weights are on the grid)."""
+"""GPTQ weight quantizers for Keras 3 (the two rounding types and what trains: gptq/soft_rounding.py): the
+rounding variable is the layer's ``<kernel>_auxvar``; the call rounds softly while training and hard otherwise
+(``training`` False or None: the weights are on the grid)."""
 from __future__ import annotations
 
 from typing import Any, List, Optional

@@ -1,21 +1,5 @@
-"""GPTQ weight quantizers for PyTorch: they learn how each weight of a kernel rounds onto the PTQ
-grid (and, with ``quantization_parameter_learning``, the grid's threshold / scale too).
-
-Two rounding types (``RoundingType``), each for symmetric / power-of-two and uniform grids:
-
-- SoftQuantizer (AdaRound, Nagel et al. 2020): ``q = clip(floor(w / s) + h(v) + z)`` with one learned
-  ``v`` per weight and ``h(v) = clip(sigmoid(v) (zeta - gamma) + gamma, 0, 1)``, a rectified
-  sigmoid that reaches 0 and 1 exactly. ``v`` starts where ``h(v)`` equals the fractional part of
-  ``w / s`` (the float weight, clipped to the grid); :meth:`rounding_regularization` pushes every
-  ``h`` to 0 or 1 as its temperature anneals. In eval mode ``h`` is rounded: the weights are on the grid.
-- STE: ``q = clip(round(w / s + d) + z)`` with a learned shift ``d`` per weight, in steps of the grid
-  and bounded by ``max_lsbs_change`` (1: a weight moves at most to the neighbouring grid point), the
-  rounding passed straight through.
-
-The layer's float weight is fixed: only the rounding variables (``VariableGroup.WEIGHTS``) and, if
-asked, the quantization parameters (``VariableGroup.QPARAMS``) train. :meth:`quantized_weights`
-gives the final weights, on the grid, which the GPTQ runner writes into the quantized model.
-"""
+"""GPTQ weight quantizers for PyTorch (the two rounding types and what trains: gptq/soft_rounding.py): the
+layer's float weight is fixed; :meth:`quantized_weights` gives the learned weights on the grid."""
 from __future__ import annotations
 
 from typing import List
