@@ -169,7 +169,7 @@ def main(argv=None) -> None:
             "architecture and bit widths).\n\n"
             "| model | TPC | tool | quantize s | converter | conversion s | memory (utilization), fits | SQNR dB |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-            "hwquant writes its MCTQ file in the forms the converter accepts (`torch/imx500_forms.py`): linear "
+            "hwquant writes its MCTQ file in the forms the converter accepts (`torch/deployment/imx500_forms.py`): linear "
             "layers on token sequences run on a 4-D (N, 1, T, D) view, products of two activations (attention) "
             "run head by head as quantized 3-D products, and GELU is exported at opset 20 as one Gelu operator "
             "(below opset 20 torch writes Erf, which the chip lacks). Each form computes the simulated model's "

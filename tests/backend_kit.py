@@ -145,7 +145,7 @@ class TorchKit(_Kit):
                 convs[conv_index].bias[list(channels)] = bias
 
     def capture(self, model: Any, batch: list) -> Any:
-        from hwquant.torch.capture import capture
+        from hwquant.torch.capture.routes import capture
 
         return capture(model, batch)
 

@@ -56,7 +56,7 @@ def _both(specs):
 def _metadata(kit, model):
     if kit.name == "keras":
         return model.hwquant_metadata
-    from hwquant.torch.metadata import read_metadata
+    from hwquant.torch.deployment.metadata import read_metadata
     return read_metadata(model)
 
 

@@ -17,7 +17,7 @@ from hwquant.core.graph.framework_adapter import ActivationInfo
 from hwquant.core.statistics.parameter_search import activation_quantization_params
 from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.torch.adapter import PytorchAdapter
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 from hwquant.tpc.enums import QuantizationMethod as Q
 
 

@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.capture import capture
-from hwquant.torch.concrete_capture import capture_with_concrete_trace
+from hwquant.torch.capture.routes import capture
+from hwquant.torch.capture.concrete_route import capture_with_concrete_trace
 from imx_converter import convert, needs_converter
 
 ROOT = Path(__file__).resolve().parents[1]

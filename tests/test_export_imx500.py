@@ -16,8 +16,8 @@ from torch import nn
 
 import hwquant as mct
 from hwquant.exporter.imx500 import converter_problems
-from hwquant.torch.export_model import quantizers_of
-from hwquant.torch.imx500_forms import rewrite_for_imx500
+from hwquant.torch.deployment.export_model import quantizers_of
+from hwquant.torch.deployment.imx500_forms import rewrite_for_imx500
 from imx_converter import convert, needs_converter
 
 QF = mct.exporter.QuantizationFormat

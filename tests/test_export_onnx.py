@@ -18,7 +18,7 @@ import hwquant as mct
 from conftest import ORT_INTEGER_KERNELS_EXACT
 from hwquant.core.numerics import quant_math
 from hwquant.errors import ExportError
-from hwquant.torch.export_model import quantizers_of
+from hwquant.torch.deployment.export_model import quantizers_of
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 QF, SF = mct.exporter.QuantizationFormat, mct.exporter.PytorchExportSerializationFormat

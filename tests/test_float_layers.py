@@ -128,7 +128,7 @@ def test_keras_kernel_layers_are_all_quantized_or_listed():
 
 def test_quantized_recurrent_layers_export_and_reload(tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    from hwquant.torch.saved_model import load_quantized_model, save_quantized_model
+    from hwquant.torch.deployment.saved_model import load_quantized_model, save_quantized_model
 
     torch.manual_seed(0)
     data = _tokens()

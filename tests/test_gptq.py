@@ -17,7 +17,7 @@ from hwquant.torch.gptq.backend import (GradualActivationQuantizer, activation_h
                                         sample_layer_attention_loss)
 from hwquant.torch.gptq.quantizers import (BasePytorchGPTQTrainableQuantizer, STESymmetricGPTQ, STEUniformGPTQ,
                                            SymmetricSoftRoundingGPTQ, UniformSoftRoundingGPTQ)
-from hwquant.torch.metadata import read_metadata
+from hwquant.torch.deployment.metadata import read_metadata
 from hwquant.torch.quantizers import PytorchQuantizationWrapper
 from hwquant.tpc.enums import QuantizationMethod as QM
 from hwquant.trainable_infrastructure import QuantizationTarget, VariableGroup, get_trainable_quantizer_class

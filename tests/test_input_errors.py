@@ -10,7 +10,7 @@ from torch import nn
 
 import hwquant as mct
 from hwquant.errors import ExportError, InvalidConfigError
-from hwquant.torch.capture import CaptureError
+from hwquant.torch.capture.routes import CaptureError
 from hwquant.torch.data import RepresentativeDataError
 
 PTQ = mct.ptq.pytorch_post_training_quantization
@@ -191,7 +191,7 @@ def test_export_data_with_the_wrong_channels(quantized, tmp_path):
 
 
 def test_export_into_a_read_only_folder(quantized, tmp_path, monkeypatch):
-    from hwquant.torch import export as pytorch_exporter
+    from hwquant.torch.deployment import exporter as pytorch_exporter
 
     def read_only(path, data):
         raise OSError(errno.EROFS, "Read-only file system", str(path))

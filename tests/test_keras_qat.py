@@ -409,3 +409,63 @@ def test_sequential_model(data):
     np.testing.assert_array_equal(numpy(qat(x[:8], training=False)), numpy(ptq(x[:8])))
     _compiled(qat).fit(x, y, epochs=1, batch_size=16, verbose=0)
     np.testing.assert_array_equal(numpy(QAT_FINALIZE(qat)(x[:8])), numpy(qat(x[:8], training=False)))
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's autograd Function")
+@pytest.mark.parametrize("axis,zero_point,learn_rounding", [(None, False, False), (None, True, True), (-1, False, True),
+                                                            (-1, True, False), (1, True, True)])
+def test_torch_fake_quantize_is_quant_maths_bitwise(axis, zero_point, learn_rounding):
+    """On Keras' torch backend the trainable quantizers fake-quantize through one autograd Function written in
+    place (keras/trainable/torch_fake_quant.py): its values and its gradients to x, the scale and the zero point
+    are bitwise quant_math's (the other backends' arithmetic), over a grid cutting through the values."""
+    import torch
+
+    from hwquant.core.numerics import quant_math
+    from hwquant.keras.trainable import torch_fake_quant
+    rng = np.random.default_rng(3)
+    x = torch.tensor(rng.normal(scale=2.0, size=(6, 5, 4)).astype("float32"))
+    x = x.permute(0, 2, 1).contiguous().permute(0, 2, 1)  # (a permuted layout too, as Keras' layers hand over)
+    g = torch.tensor(rng.normal(size=(6, 4, 5)).astype("float32")).permute(0, 2, 1)
+    channels = 1 if axis is None else x.shape[axis]
+    scale = torch.tensor(rng.uniform(0.02, 0.05, channels).astype("float32")).reshape(() if axis is None else (-1,))
+    zp = torch.tensor(np.round(rng.uniform(100, 140, channels)).astype("float32")).reshape(scale.shape)
+    qmin, qmax = (0, 255) if zero_point else (-128, 127)
+    grid = quant_math.AffineGrid(scale, zp if zero_point else 0.0, qmin, qmax, axis)
+    y, inside = quant_math.affine_fake_quantize_forward(x, grid)
+    assert 0 < int(inside.sum()) < inside.numel()
+    expected = quant_math.affine_fake_quantize_gradients(g, x, y, inside, scale, zp, axis, learn_rounding, 0.3, True,
+                                                         zero_point)
+    leaves = [t.clone().requires_grad_(True) for t in (x, scale, zp)]
+    got_y = torch_fake_quant.affine_fake_quantize(leaves[0], leaves[1], leaves[2] if zero_point else None, qmin, qmax,
+                                                  axis, learn_rounding, 0.3)
+    assert torch.equal(got_y, y)
+    got_y.backward(g)
+    for got, want in zip(leaves, expected):
+        if want is None:
+            assert got.grad is None
+        else:
+            assert torch.equal(got.grad, want.reshape(got.shape))
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's graph")
+def test_fit_runs_the_training_step_as_a_tensorflow_graph(data, monkeypatch):
+    """model.fit on the TensorFlow backend traces the QAT model's step once into a tf.function: every trainable
+    quantizer is called while TensorFlow builds the graph, never eagerly step by step (an eager step is several
+    times slower than the graph MCT's tf.keras trains)."""
+    import tensorflow as tf
+    x, y = data
+    model, _, _ = QAT_INIT(_net(), gen_of(x))
+    calls = []
+    original = kq.TrainableAffineQuantizer.__call__
+
+    def spy(self, inputs, training=True):
+        calls.append(tf.executing_eagerly())
+        return original(self, inputs, training=training)
+    monkeypatch.setattr(kq.TrainableAffineQuantizer, "__call__", spy)
+    quantizers = sum(isinstance(layer, KerasActivationQuantizationHolder) or
+                     isinstance(getattr(layer, "weights_quantizers", {}).get("kernel"), BaseKerasTrainableQuantizer)
+                     for layer in model.layers)
+    history = _compiled(model).fit(x, y, epochs=3, batch_size=8, verbose=0)  # 18 steps
+    assert np.isfinite(history.history["loss"]).all() and not model.run_eagerly
+    assert calls and not any(calls), "a quantizer ran eagerly during fit"
+    assert len(calls) <= 2 * quantizers, f"{len(calls)} quantizer calls for {quantizers} quantizers over 18 steps"

@@ -130,10 +130,10 @@ def test_collapsed_layers_have_mcts_names():
 def test_saved_and_loaded_model_keeps_the_reads(quantized, tmp_path):
     path = mct.save_quantized_model(quantized, tmp_path / "m.pt") if hasattr(mct, "save_quantized_model") else None
     if path is None:
-        from hwquant.torch.saved_model import load_quantized_model, save_quantized_model
+        from hwquant.torch.deployment.saved_model import load_quantized_model, save_quantized_model
         path = save_quantized_model(quantized, tmp_path / "m.pt")
     else:
-        from hwquant.torch.saved_model import load_quantized_model
+        from hwquant.torch.deployment.saved_model import load_quantized_model
     loaded = load_quantized_model(path)
     assert loaded.node_to_activation_quantization_holder == quantized.node_to_activation_quantization_holder
     assert isinstance(loaded.conv_bn, mctq.PytorchQuantizationWrapper)

@@ -49,7 +49,7 @@ RECORDED = {
     "exporter.model_wrapper": {
         "get_exportable_keras_model": "keras.mct_paths:",
         "is_keras_layer_exportable": "keras.export:",
-        "is_pytorch_layer_exportable": "torch.export_model:",
+        "is_pytorch_layer_exportable": "torch.deployment.export_model:",
         "keras": "exporter.model_wrapper.keras",
     },
     "exporter.model_wrapper.keras": {

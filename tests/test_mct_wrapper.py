@@ -34,7 +34,7 @@ def _session(path):
 def test_ptq_quantizes_for_the_converter_version_and_exports(tmp_path):
     from mct_quantizers import PytorchQuantizationWrapper
 
-    from hwquant.torch.metadata import read_metadata
+    from hwquant.torch.deployment.metadata import read_metadata
     ok, q = _run(tmp_path, param_items=[["sdsp_version", "3.16"]])
     assert ok and any(isinstance(m, PytorchQuantizationWrapper) for m in q.modules())
     assert read_metadata(q)["tpc_minor_version"] == "4"  # converter 3.16 runs IMX500 TPC 4.0
@@ -95,7 +95,7 @@ def test_a_parameter_of_another_mode_is_ignored_with_a_warning(tmp_path, caplog)
 def test_other_releases_spellings_use_internal_tpc_and_method_first(tmp_path):
     """MCT releases whose call is quantize_and_export(model, data, method, framework, use_internal_tpc=...,
     ...) with edge-mdt-tpc's `tpc_version`: read as meant (the edge-mdt-tpc IMX500 versions ship with hwquant)."""
-    from hwquant.torch.metadata import read_metadata
+    from hwquant.torch.deployment.metadata import read_metadata
     params = [["tpc_version", "4.0"], ["save_model_path", str(tmp_path / "q.onnx")]]
     ok, q = mct.wrapper.MCTWrapper().quantize_and_export(seeded_net(), _data(), "PTQ", "pytorch",
                                                          use_internal_tpc=False, param_items=params)

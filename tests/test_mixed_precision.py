@@ -17,7 +17,7 @@ from hwquant.core.mixed_precision.search import minimum, refine, search
 from hwquant.core.pipeline.stages import prepare
 from hwquant.core.pipeline.resource_utilization import compute_resource_utilization, final_config
 from hwquant.errors import InvalidConfigError
-from hwquant.torch.export_model import quantizers_of
+from hwquant.torch.deployment.export_model import quantizers_of
 from hwquant.torch.session import start_session
 
 RU = mct.core.ResourceUtilization

@@ -151,7 +151,7 @@ def test_whole_model_pickles_of_torch_layers_load_without_the_flag(tmp_path):
     import torch
     from torch import nn
 
-    from hwquant.torch import load_allowlist
+    from hwquant.torch.deployment import load_allowlist
     from hwquant.torch.command_line import load_model
     from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
     torch.manual_seed(0)
@@ -383,7 +383,7 @@ def test_onnx_external_data_outside_the_model_folder_is_refused(tmp_path, where)
     result = CliRunner().invoke(main, ["check", str(path)])
     assert result.exit_code == 2 and "outside its folder" in result.output, result.output
     if importlib.util.find_spec("torch") is not None:
-        from hwquant.torch.onnx_import import module_from_onnx
+        from hwquant.torch.capture.onnx_import import module_from_onnx
         with pytest.raises(UnsafeModelFileError, match="outside its folder"):
             module_from_onnx(path)
         np.savez(tmp_path / "d.npz", np.zeros((4, 2), np.float32))

@@ -11,7 +11,7 @@ from hwquant.core.passes.channel_equalization import (batch_norm_priors, equaliz
                                                       equalize_activation_channels, rectified_gaussian_moments)
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 
 torch.manual_seed(0)
 

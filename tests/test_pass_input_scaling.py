@@ -15,7 +15,7 @@ from hwquant.core.statistics.tensor_statistics import TensorStatistics
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 torch.manual_seed(0)

@@ -7,7 +7,7 @@ from hwquant.core.passes.bn_folding import fold_batch_norms
 from hwquant.core.passes.linear_collapsing import collapse_linear_layers
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 
 torch.manual_seed(0)
 

@@ -8,7 +8,7 @@ from hwquant.core.passes.relu_bound import RELU_POT_BOUND, bound_relus_to_power_
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.attach import attach_tpc
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 torch.manual_seed(0)

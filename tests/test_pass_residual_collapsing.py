@@ -10,7 +10,7 @@ from hwquant.core.graph.framework_adapter import LinearGeometry
 from hwquant.core.passes.residual_collapsing import collapse_residuals, identity_tap
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 
 torch.manual_seed(0)
 

@@ -10,7 +10,7 @@ from hwquant.core.configuration.config import CoreConfig, QuantizationConfig, Qu
 from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
 from hwquant.core.pipeline.state import PipelineState
 from hwquant.torch.adapter import PytorchAdapter
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 from hwquant.tpc.platforms import get_target_platform_capabilities
 
 

@@ -14,7 +14,7 @@ from torch import nn
 
 import hwquant as mct
 from hwquant.errors import InvalidConfigError
-from hwquant.torch.metadata import read_metadata
+from hwquant.torch.deployment.metadata import read_metadata
 from hwquant.torch.quantizers import InferableQuantizer, PytorchActivationQuantizationHolder
 from hwquant.trainable_infrastructure import BasePytorchTrainableQuantizer, TrainingMethod
 

@@ -1,4 +1,4 @@
-"""Saving and loading quantized PyTorch models as plain data (hwquant.torch.saved_model)."""
+"""Saving and loading quantized PyTorch models as plain data (hwquant.torch.deployment.saved_model)."""
 import copy
 import operator
 
@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 import hwquant as mct
-from hwquant.torch.metadata import read_metadata
+from hwquant.torch.deployment.metadata import read_metadata
 from hwquant.torch.quantizers import InferableQuantizer
-from hwquant.torch.saved_model import SavedModelError, load_quantized_model, save_quantized_model
+from hwquant.torch.deployment.saved_model import SavedModelError, load_quantized_model, save_quantized_model
 
 
 class CNN(nn.Module):
@@ -281,7 +281,7 @@ def test_tampered_graph_is_refused(two, tmp_path, edit, message):
 
 
 def test_allowlisted_function_names_resolve():
-    from hwquant.torch.saved_model import _function_name, _resolve_function
+    from hwquant.torch.deployment.saved_model import _function_name, _resolve_function
     for fn in (torch.cat, torch.flatten, torch.nn.functional.relu, torch.nn.functional.linear, torch.Tensor.mean,
                operator.add, operator.getitem, getattr, torch.ops.aten.add.Tensor, torch.ops.aten.relu,
                torch.fft.rfft, torch.stft, torch.einsum, torch.arange, torch.zeros, torch.special.erf):

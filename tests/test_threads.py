@@ -38,7 +38,7 @@ def _ptq(model):
 
 
 def test_other_threads_models_run_unaffected_while_a_model_is_captured():
-    from hwquant.torch.capture import capture
+    from hwquant.torch.capture.routes import capture
 
     other, model, x = _cnn(1), _cnn(0), torch.randn(2, 8, 12, 12)
     with torch.no_grad():
@@ -239,7 +239,7 @@ def test_torchs_process_wide_settings_hold_while_a_call_computes(tmp_path):
     call computes (its convolutions would round differently, its optimisers take another path)."""
     import torch.backends.mkldnn
 
-    from hwquant.torch.capture import capture
+    from hwquant.torch.capture.routes import capture
 
     def settings():
         return (torch.backends.mkldnn.enabled, torch._C._get_nnpack_enabled(), torch.compiler.is_compiling(),

@@ -8,7 +8,7 @@ from torch import nn
 
 from hwquant.core.graph.model_graph import NodeKind
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import CaptureError, capture
+from hwquant.torch.capture.routes import CaptureError, capture
 
 
 class Everything(nn.Module):

@@ -1,4 +1,4 @@
-"""The third capture route (torch/concrete_capture.py): models that compute shapes and parameters
+"""The third capture route (torch/capture/concrete_route.py): models that compute shapes and parameters
 from tensor values, as onnx2torch's modules do, traced on the real inputs; sizes checked on every call.
 The real converted models (onnx2torch on the ONNX files PyPI packages ship) are tested at the end,
 skipped when the packages are not in .cache/assets/real."""
@@ -17,9 +17,9 @@ from torch import nn
 import hwquant as mct
 from hwquant.core.graph.model_graph import NodeKind
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import CaptureError, capture
-from hwquant.torch.concrete_capture import SIZE_REASON
-from hwquant.torch.saved_model import load_quantized_model, save_quantized_model
+from hwquant.torch.capture.routes import CaptureError, capture
+from hwquant.torch.capture.concrete_route import SIZE_REASON
+from hwquant.torch.deployment.saved_model import load_quantized_model, save_quantized_model
 
 
 # ---- modules written the way onnx2torch writes them ---------------------------------------------
@@ -254,7 +254,7 @@ def _real_model(name, monkeypatch):
     """The onnx2torch conversion of a shipped ONNX file, and capture with torch.export failing at once, as it
     does on these models after 10-20 s (the benchmark runs the whole chain); skipped without the packages."""
     from benchmarks import real_models
-    from hwquant.torch import capture as capture_module
+    from hwquant.torch.capture import routes as capture_module
     try:
         model = real_models.onnx2torch_model(name)
     except (FileNotFoundError, ImportError) as e:

@@ -23,7 +23,7 @@ ONNX_MODELS = {  # name: (file under .cache/assets/real, the (1, C, H, W) input 
 def import_onnx2torch():
     """onnx2torch, installed with --no-deps (its wheel requires torchvision, which this project keeps out of
     .venv): hwquant's loader puts a stand-in for torchvision in place while it loads."""
-    from hwquant.torch.onnx_import import import_onnx2torch as load
+    from hwquant.torch.capture.onnx_import import import_onnx2torch as load
     return load()
 
 
@@ -35,7 +35,7 @@ def _prepared_onnx(path: Path, input_shape: tuple, free_batch: bool):
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
-    from hwquant.torch.onnx_import import constants_as_initializers
+    from hwquant.torch.capture.onnx_import import constants_as_initializers
     m = onnx.load(str(path))
     constants_as_initializers(m)
     inits = {i.name: i for i in m.graph.initializer}

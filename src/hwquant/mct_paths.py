@@ -82,7 +82,7 @@ MODULES: Dict[str, Dict[str, str]] = {
     "hwquant.exporter.model_wrapper": {
         "is_keras_layer_exportable": "hwquant.keras.export",
         "get_exportable_keras_model": _KERAS_MCT_NAMES,
-        "is_pytorch_layer_exportable": "hwquant.torch.export_model",
+        "is_pytorch_layer_exportable": "hwquant.torch.deployment.export_model",
     },
     "hwquant.exporter.model_wrapper.keras": {},
     "hwquant.exporter.model_wrapper.keras.builder": {},

@@ -5,11 +5,11 @@ from hwquant.exporter.formats import (DEFAULT_ONNX_OPSET_VERSION, KerasExportSer
 from hwquant.lazy import lazy_table
 
 __getattr__, __dir__ = lazy_table(__name__, {
-    "pytorch_export_model": "hwquant.torch.export",
-    "is_pytorch_layer_exportable": "hwquant.torch.export_model",
-    "save_quantized_model": "hwquant.torch.saved_model",
-    "load_quantized_model": "hwquant.torch.saved_model",
-    "SavedModelError": "hwquant.torch.saved_model",
+    "pytorch_export_model": "hwquant.torch.deployment.exporter",
+    "is_pytorch_layer_exportable": "hwquant.torch.deployment.export_model",
+    "save_quantized_model": "hwquant.torch.deployment.saved_model",
+    "load_quantized_model": "hwquant.torch.deployment.saved_model",
+    "SavedModelError": "hwquant.torch.deployment.saved_model",
     "keras_export_model": "hwquant.keras.export",
     "is_keras_layer_exportable": "hwquant.keras.export",
     "mctq_inference_session": "hwquant.exporter.onnx_runtime",

@@ -15,7 +15,7 @@ from hwquant.tpc.attachment import FrameworkQuantizationCapabilities, attach_wit
 from hwquant.tpc.enums import OperatorSetNames as N
 from hwquant.tpc.layer_filters import Eq, LayerFilterParams
 from hwquant.tpc.schema import TargetPlatformCapabilities
-from hwquant.torch.custom_layers import EdgeMdtNMSFilter
+from hwquant.torch.deployment.custom_layers import EdgeMdtNMSFilter
 
 T = torch.Tensor
 

@@ -45,7 +45,7 @@ def load_model(path: str, trust: bool = False) -> torch.nn.Module:
     from hwquant.torch.model_files import load_exported_program, load_pickled_model
 
     if path.endswith(".onnx"):
-        from hwquant.torch.onnx_import import module_from_onnx
+        from hwquant.torch.capture.onnx_import import module_from_onnx
         return module_from_onnx(path)
     if path.endswith(".pt2"):
         try:
@@ -79,14 +79,14 @@ def prepare_model(model: Any, sample: Sequence[np.ndarray]) -> Tuple[Any, Option
     capture) becomes a PyTorch module through ONNX, traced on `sample` (one batch of the data)."""
     if not isinstance(model, torch.jit.ScriptModule):
         return model, None
-    from hwquant.torch.onnx_import import module_from_torchscript
+    from hwquant.torch.capture.onnx_import import module_from_torchscript
     converted = module_from_torchscript(model, [torch.from_numpy(np.ascontiguousarray(a)) for a in sample])
     return converted, "the TorchScript model was converted to a PyTorch module through ONNX (onnx2torch)"
 
 
 def load_quantized(path: str, trust: bool = False) -> torch.nn.Module:
     """A model saved by hwquant: plain data and tensors, read with torch.load(weights_only=True) whatever `trust`."""
-    from hwquant.torch.saved_model import load_quantized_model
+    from hwquant.torch.deployment.saved_model import load_quantized_model
     return load_quantized_model(path)
 
 
@@ -112,8 +112,8 @@ def export(model: Any, path: str, representative_dataset: Callable[[], Any], fmt
     """Write `model` (quantized by hwquant) to `path` in the format its suffix names (EXPORTS)."""
     from hwquant.exporter import PytorchExportSerializationFormat as S
     from hwquant.exporter import QuantizationFormat as Q
-    from hwquant.torch.export import pytorch_export_model
-    from hwquant.torch.saved_model import save_quantized_model
+    from hwquant.torch.deployment.exporter import pytorch_export_model
+    from hwquant.torch.deployment.saved_model import save_quantized_model
 
     suffix = Path(path).suffix
     if suffix == ".pt":

@@ -16,7 +16,7 @@ from torch import nn
 
 from hwquant.core.graph.framework_adapter import ActivationInfo, LinearGeometry
 from hwquant.core.graph.model_graph import InputRef, Node, NodeKind
-from hwquant.torch.fx_graph import module_framework_attr, module_weights
+from hwquant.torch.capture.fx_graph import module_framework_attr, module_weights
 
 T = torch.Tensor
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)

@@ -21,7 +21,7 @@ from hwquant.data_generation.generator import (GeneratedImages, batch_norm_targe
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
 from hwquant.torch.builder import build_module
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 
 
 class _Moments(torch.autograd.Function):

@@ -36,7 +36,7 @@ def pytorch_post_training_quantization(in_module: Any, representative_data_gen: 
         (quantized model, UserInformation). The quantized model is an `nn.Module` whose weighted layers
         carry weight quantizers and whose quantized activations pass through activation quantizers.
     """
-    from hwquant.torch.metadata import attach_metadata
+    from hwquant.torch.deployment.metadata import attach_metadata
 
     if debug_bypass(core_config):  # MCT's debug switch: the float model back, before any check
         return in_module, None

@@ -29,7 +29,7 @@ import torch
 from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.errors import UnsafeModelFileError
 from hwquant.model_files import PT2_WAYS, TORCH_WAYS, names, refusal
-from hwquant.torch import load_allowlist as allowlist
+from hwquant.torch.deployment import load_allowlist as allowlist
 
 _GLOBAL_IN_ERROR = re.compile(r"GLOBAL ([\w.]+)")
 # what torch's weights-only unpickler says when it refuses an object (not a malformed file)

@@ -14,7 +14,7 @@ from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.errors import InvalidConfigError
 from hwquant.qat.config import QATConfig
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
-from hwquant.torch.metadata import attach_metadata
+from hwquant.torch.deployment.metadata import attach_metadata
 from hwquant.torch.trainable import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.model import (TrainableQuantizerFactory, build_trainable_model, convert_to_inferable,
                                            copy_model, trainable_quantizers)

@@ -13,7 +13,7 @@ from hwquant.core.graph.model_graph import Graph
 from hwquant.core.pipeline.state import PipelineState
 from hwquant.errors import InvalidConfigError
 from hwquant.torch.adapter import PytorchAdapter
-from hwquant.torch.capture import capture
+from hwquant.torch.capture.routes import capture
 from hwquant.torch.data import RepresentativeData, RepresentativeDataError, check_positional_inputs
 from hwquant.tpc.serialization import load_target_platform_capabilities
 

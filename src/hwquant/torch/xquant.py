@@ -160,7 +160,7 @@ def load_float_model(path: str, trust: bool = False) -> torch.nn.Module:
 
 def _report(float_model: Any, quantized_model: Any, repr_dataset: Callable, validation_dataset: Callable,
             xquant_config: Any, troubleshoot: bool):
-    from hwquant.torch.metadata import read_metadata
+    from hwquant.torch.deployment.metadata import read_metadata
     return run_report(lambda settings: TorchXQuantBackend(float_model, quantized_model, repr_dataset, settings),
                       read_metadata(quantized_model) or {}, repr_dataset, validation_dataset, xquant_config,
                       troubleshoot)

@@ -21,7 +21,7 @@ from hwquant.gptq.training import check_gptq_arguments, run_gptq
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.gptq.backend import TorchGPTQBackend
-from hwquant.torch.metadata import attach_metadata
+from hwquant.torch.deployment.metadata import attach_metadata
 
 log = logging.getLogger("hwquant.gptq")
 

@@ -98,7 +98,7 @@ def convert_to_inferable(model: nn.Module) -> nn.Module:
         raise InvalidConfigError(f"expected the torch.nn.Module returned by the QAT / GPTQ init, got {type(model).__name__}")
     found = list(trainable_quantizers(model))
     if not found:
-        from hwquant.torch.metadata import read_metadata
+        from hwquant.torch.deployment.metadata import read_metadata
 
         method = (read_metadata(model) or {}).get("method")
         raise InvalidConfigError(no_trainable_quantizers(next(quantizer_slots(model), None) is not None, method, "pytorch"))

@@ -39,10 +39,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from hwquant.core.graph.model_graph import Graph, NodeKind
-from hwquant.torch.custom_layers import is_custom_layer
-from hwquant.torch.decomposed_ops import fold_decomposed_ops
-from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import (CaptureError, attr_value, fresh_name, frozen_layer, functionalize_in_place_ops,
+from hwquant.torch.deployment.custom_layers import is_custom_layer
+from hwquant.torch.capture.decomposed_ops import fold_decomposed_ops
+from hwquant.torch.capture.functional_layers import functional_calls_to_layers
+from hwquant.torch.capture.fx_graph import (CaptureError, attr_value, fresh_name, frozen_layer, functionalize_in_place_ops,
                                     graph_from_fx, replace_nodes, source_line)
 
 # The batch sizes of the two traces compared to free the batch.

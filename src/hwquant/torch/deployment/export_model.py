@@ -16,7 +16,7 @@ from torch import nn
 from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.errors import ExportError
 from hwquant.exporter.quantizer_spec import MARKER_DOMAIN, MARKER_OP, QuantizerSpec
-from hwquant.torch.imx500_forms import rewrite_for_imx500
+from hwquant.torch.deployment.imx500_forms import rewrite_for_imx500
 from hwquant.torch.quantizers import InferableQuantizer, quantizer_slots, set_quantizer
 
 

@@ -2,9 +2,9 @@
 
 torch.fx symbolic tracing first (it keeps layers as layers); when it cannot trace the model (Python
 control flow on tensor values or shapes, unsupported constructs), torch.export is tried, which
-specialises shape-dependent control flow on the example inputs (see `export_capture.py`); when that
+specialises shape-dependent control flow on the example inputs (see `export_route.py`); when that
 fails too (values read from tensors: models converted from ONNX), the model is traced on the real
-inputs with those values recorded as constants (see `concrete_capture.py`). A model no route captures
+inputs with those values recorded as constants (see `concrete_route.py`). A model no route captures
 gets a `CaptureError` saying where and why each route failed, and what to do.
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.concurrency import FRAMEWORK_STATE
 from hwquant.core.graph.model_graph import Graph
-from hwquant.torch.concrete_capture import ConcreteTraceError, capture_with_concrete_trace
-from hwquant.torch.custom_layers import is_custom_layer
-from hwquant.torch.export_capture import capture_with_export
-from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx, source_line
+from hwquant.torch.capture.concrete_route import ConcreteTraceError, capture_with_concrete_trace
+from hwquant.torch.deployment.custom_layers import is_custom_layer
+from hwquant.torch.capture.export_route import capture_with_export
+from hwquant.torch.capture.functional_layers import functional_calls_to_layers
+from hwquant.torch.capture.fx_graph import CaptureError, functionalize_in_place_ops, graph_from_fx, source_line
 
 
 def _failure_site(exc: BaseException) -> Tuple[str, str]:

@@ -1,7 +1,7 @@
 """ONNX files, and TorchScript through ONNX, as PyTorch modules hwquant can quantize (the command line's MODEL).
 
 onnx2torch converts an ONNX graph to a torch.fx module whose layers read shapes and parameters from tensor
-values; hwquant captures such a module by tracing the representative inputs (concrete_capture.py). A TorchScript
+values; hwquant captures such a module by tracing the representative inputs (concrete_route.py). A TorchScript
 file keeps no Python forward to capture: it is exported to ONNX first (torch's TorchScript-based exporter takes
 script modules), with its batch axis left free.
 """

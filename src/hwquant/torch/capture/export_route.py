@@ -17,8 +17,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils._pytree import tree_unflatten
 
 from hwquant.core.graph.model_graph import Graph
-from hwquant.torch.functional_layers import functional_calls_to_layers
-from hwquant.torch.fx_graph import call_arguments, fresh_name, graph_from_fx, replace_nodes
+from hwquant.torch.capture.functional_layers import functional_calls_to_layers
+from hwquant.torch.capture.fx_graph import call_arguments, fresh_name, graph_from_fx, replace_nodes
 
 
 def _leaf_layer(node: fx.Node, model: torch.nn.Module) -> Optional[Tuple[str, torch.nn.Module]]:

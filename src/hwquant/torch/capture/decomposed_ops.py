@@ -1,5 +1,5 @@
 """Operations that ONNX writes as chains of elementary operators, folded back into the layers and
-functions they compute, on a graph captured from an onnx2torch conversion (concrete_capture.py).
+functions they compute, on a graph captured from an onnx2torch conversion (concrete_route.py).
 
 ONNX files exported by older opsets spell a hard-swish as ``x * clip(x + 3, 0, 6) / 6``, a LayerNorm as
 mean / sub / pow / mean / add / sqrt / div / mul / add, and a scale-and-shift after a convolution (a
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
+from hwquant.torch.capture.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
 
 # operation -> (functions, tensor methods) that compute it
 _BINARY = {"mul": ({torch.mul, operator.mul}, {"mul"}), "add": ({torch.add, operator.add}, {"add"}),

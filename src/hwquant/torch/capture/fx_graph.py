@@ -1,6 +1,6 @@
 """A traced torch.fx GraphModule as the framework-free core graph: its nodes, their layers' framework
 attributes and weights (numpy), output shapes. Shared by both capture paths (torch.fx in `capture.py`,
-torch.export in `export_capture.py`)."""
+torch.export in `export_route.py`)."""
 from __future__ import annotations
 
 import inspect
@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 from hwquant.core.graph.model_graph import Graph, InputRef, Node, NodeKind, map_nested
-from hwquant.torch.custom_layers import is_custom_layer
+from hwquant.torch.deployment.custom_layers import is_custom_layer
 from hwquant.errors import HwquantError
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from hwquant.torch.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
+from hwquant.torch.capture.fx_graph import attr_value, call_arguments, fresh_name, frozen_layer, replace_nodes
 
 # function -> (layer class, its ATen form); argument order (input, weight, bias, stride, padding,
 # dilation, groups) for convolutions, (input, weight, bias) for linear.

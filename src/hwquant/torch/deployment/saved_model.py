@@ -46,8 +46,8 @@ import hwquant.torch.distributed  # noqa: F401 (registers this process's rank: r
 from hwquant.concurrency import framework_call
 from hwquant.errors import HwquantError
 from hwquant.fileio import atomic_write
-from hwquant.torch import load_allowlist as allowlist
-from hwquant.torch.metadata import attach_metadata, read_metadata
+from hwquant.torch.deployment import load_allowlist as allowlist
+from hwquant.torch.deployment.metadata import attach_metadata, read_metadata
 from hwquant.torch.quantizers import (InferableQuantizer, PytorchActivationQuantizationHolder,
                                       PytorchQuantizationWrapper, make_inferable_quantizer, quantizer_slots)
 

@@ -22,7 +22,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
-from hwquant.torch.fx_graph import replace_nodes
+from hwquant.torch.capture.fx_graph import replace_nodes
 from hwquant.torch.quantizers import PytorchActivationQuantizationHolder, PytorchQuantizationWrapper
 
 _MATMULS = (operator.matmul, torch.matmul, torch.ops.aten.matmul.default)  # fx capture, torch.export capture

@@ -59,7 +59,7 @@ def _example(model: Any, batch: list) -> list:
 
 def _metadata(model: Any, quantization: QuantizationFormat, serialization: PytorchExportSerializationFormat,
               is_float: bool = False) -> Dict[str, Any]:
-    from hwquant.torch.metadata import read_metadata
+    from hwquant.torch.deployment.metadata import read_metadata
     from hwquant.version import __version__
 
     if is_float:  # a model without quantizers: the file says it is float
@@ -104,7 +104,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     import torch
 
     from hwquant.torch.data import RepresentativeData
-    from hwquant.torch.export_model import is_pytorch_layer_exportable, quantizers_of
+    from hwquant.torch.deployment.export_model import is_pytorch_layer_exportable, quantizers_of
 
     if isinstance(is_layer_exportable_fn, (PytorchExportSerializationFormat, QuantizationFormat)) or \
             (is_layer_exportable_fn is not None and not callable(is_layer_exportable_fn)):
@@ -150,7 +150,7 @@ def pytorch_export_model(model: Any, save_model_path: Any, repr_dataset: Callabl
     if onnx_out:
         data = _onnx_bytes(model, example, quantization, onnx_opset_version, meta, output_names, is_float)
     else:
-        from hwquant.torch.export_model import to_torchscript
+        from hwquant.torch.deployment.export_model import to_torchscript
 
         data = to_torchscript(model, example, {METADATA_FILE: json.dumps(meta, sort_keys=True)})
     try:
@@ -184,7 +184,7 @@ def _onnx_bytes(model: Any, example: list, quantization: QuantizationFormat, ops
     from hwquant.exporter.imx500 import GELU_OPSET, uses_erf
     from hwquant.exporter.onnx_int8 import optimize_for_integer_kernels
     from hwquant.exporter.onnx_lowering import lower_markers_to_mctq, lower_markers_to_qdq
-    from hwquant.torch.export_model import to_onnx
+    from hwquant.torch.deployment.export_model import to_onnx
 
     mctq = quantization == QuantizationFormat.MCTQ and not is_float  # (a float model: the plain float graph)
     proto = to_onnx(model, example, opset or DEFAULT_ONNX_OPSET_VERSION, imx500_forms=mctq, output_names=output_names)
