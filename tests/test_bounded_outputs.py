@@ -140,7 +140,7 @@ def test_keras_bounded_outputs_keep_their_range(kind, z):
     rng = np.random.default_rng(1)
     data = [rng.standard_normal((32, 16)).astype(np.float32) for _ in range(3)]
     state = run_keras_ptq(model, lambda: iter([[x] for x in data]), None,
-                          CoreConfig(QuantizationConfig(z_threshold=z)), get_target_platform_capabilities())[0]
+                          CoreConfig(QuantizationConfig(z_threshold=z)), get_target_platform_capabilities())[1]
     th = _thresholds(state)
     signed = [False] if kind == "dense" else [False, False, True]
     outputs = state.graph.output_names()
