@@ -363,3 +363,20 @@ def test_core_imports_without_torch():
 def test_bad_parameters_raise_helpful_value_errors(build, pattern):
     with pytest.raises(ValueError, match=pattern):
         build()
+
+
+def test_torch_tensors_keep_torch_arithmetic_whichever_package_loads_first():
+    """On Keras' torch backend Keras' namespace also owns torch tensors; when hwquant.keras loads before
+    hwquant.torch, a PyTorch quantizer's lookup-table grid must still run in torch (a fresh interpreter: the
+    import order is the point)."""
+    pytest.importorskip("keras")
+    code = ("import os; os.environ['KERAS_BACKEND'] = 'torch'\n"
+            "import numpy as np, hwquant.keras, hwquant.torch, torch\n"
+            "from hwquant.core.numerics import quant_math as qm\n"
+            "g = qm.lut_grid(np.array([-100, -3, 0, 7, 90]), np.array(2.0), 8, True)\n"
+            "x = torch.linspace(-2, 2, 11)\n"
+            "print(qm.namespace_of(x).module is torch, torch.equal(qm.lut_fake_quantize(x, g), "
+            "torch.as_tensor(qm.lut_fake_quantize(x.numpy().astype(np.float64), g), dtype=torch.float32)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True"]

@@ -60,7 +60,7 @@ class TorchNamespace(quant_math.ArrayNamespace):
         return torch.ldexp(torch.ones_like(t), e - (m == 0.5).to(e.dtype))
 
 
-quant_math.register_namespace(TorchNamespace())
+quant_math.register_namespace(TorchNamespace(), first=True)
 
 
 class TorchOps:

@@ -108,10 +108,12 @@ _REGISTERING_PACKAGE = {"torch": "hwquant.torch", "keras": "hwquant.keras", "ten
                         "jax": "hwquant.keras", "jaxlib": "hwquant.keras"}
 
 
-def register_namespace(namespace: ArrayNamespace) -> None:
-    """Make this module apply grids to ``namespace``'s arrays (a framework package calls it once)."""
+def register_namespace(namespace: ArrayNamespace, first: bool = False) -> None:
+    """Make this module apply grids to ``namespace``'s arrays (a framework package calls it once).
+    ``first``: asked before the others, whatever the import order (torch's: Keras' namespace also owns
+    the torch tensors of Keras' torch backend, but has no lookup-table search)."""
     if not any(type(n) is type(namespace) for n in _REGISTERED):
-        _REGISTERED.append(namespace)
+        _REGISTERED.insert(0, namespace) if first else _REGISTERED.append(namespace)
 
 
 def namespace_of(x) -> ArrayNamespace:
