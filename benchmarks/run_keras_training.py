@@ -12,7 +12,9 @@ PyTorch GPTQ of the same weights, on the same data, in one run.
   and their crops, top-1 on the labelled ImageNet images; the whole call's time.
 - qat-fashion: the Fashion-MNIST CNNs at W8A8 and W4A4, QAT init on 512 training images, then
   ``model.fit`` for --qat-epochs epochs over --qat-train training images (Adam, lr 1e-4, batch 128,
-  cross-entropy) by each tool; test accuracy, seconds per epoch.
+  cross-entropy) by each tool: hwquant on Keras' torch backend (here), hwquant on Keras' TensorFlow backend
+  (.venv-tf, benchmarks/hwquant_keras_training_tf.py, where that venv exists) and MCT; test accuracy,
+  seconds per epoch.
 - qat-mobilenet: MobileNetV2 with 4-bit kernels, a few hundred QAT steps distilling the float model's
   outputs on the calibration crops; agreement / SQNR / labelled top-1 before and after; the finalized model
   exported as INT8 TFLite (in .venv-tf: every layer against the simulation, latency against float).
@@ -29,6 +31,10 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
+# torch's OpenMP threads wait for work without spinning: on a machine other jobs share, two spinning threads
+# wait for each other at every operation while one of them is descheduled (a QAT epoch 3-7x slower than on one
+# thread); TensorFlow's thread pool (MCT, hwquant's TensorFlow rows) is not OpenMP and is unaffected
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -69,21 +75,24 @@ def figures(f: np.ndarray, q: np.ndarray, labels: np.ndarray) -> dict:
             "float_labelled": int((f[:len(labels)].argmax(1) == labels).sum())}
 
 
-def run_peer(args_list: list, arrays: dict, timeout: float) -> dict:
-    """MCT 2.6.1's Keras path in its venv on `arrays`; its .npz results (or the error)."""
-    if not MCT_KERAS_PY.exists():
-        return {"error": f"{MCT_KERAS_PY} missing (benchmarks/setup_peers.sh)"}
+def run_peer(args_list: list, arrays: dict, timeout: float, python: Path = MCT_KERAS_PY,
+             script: str = "peer_mct_keras_training.py", who: str = "MCT") -> dict:
+    """MCT 2.6.1's Keras path in its venv on `arrays` (or `script` in another venv: hwquant on Keras'
+    TensorFlow backend in .venv-tf); its .npz results (or the error)."""
+    if not python.exists():
+        setup = "benchmarks/setup_peers.sh" if python == MCT_KERAS_PY else "scripts/setup_keras_tensorflow.sh"
+        return {"error": f"{python} missing ({setup})"}
     with tempfile.TemporaryDirectory() as folder:
         np.savez(Path(folder) / "in.npz", **arrays)
         try:
-            done = subprocess.run([str(MCT_KERAS_PY), str(Path(__file__).with_name("peer_mct_keras_training.py")),
+            done = subprocess.run([str(python), str(Path(__file__).with_name(script)),
                                    "--data", str(Path(folder) / "in.npz"), "--out", str(Path(folder) / "out.npz"),
                                    *args_list], timeout=timeout, capture_output=True, text=True,
                                   env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""})
         except subprocess.TimeoutExpired:
-            return {"error": f"MCT not finished after {timeout:.0f} s"}
+            return {"error": f"{who} not finished after {timeout:.0f} s"}
         if done.returncode != 0:
-            return {"error": f"MCT failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"}
+            return {"error": f"{who} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}"}
         return dict(np.load(Path(folder) / "out.npz"))
 
 
@@ -122,6 +131,8 @@ def gptq_part(args) -> list:
             rows.append({"setting": label, "tool": "hwquant PyTorch GPTQ (same weights)", "seconds": seconds,
                          **figures(f_t, predict_torch(qt.eval(), evals), labels)})
             print(rows[-1], flush=True)
+            if args.no_mct:
+                continue
             peer = run_peer(["--mode", "gptq", "--bits", str(bits), "--epochs", str(args.epochs),
                              *([] if hessian else ["--no-hessian"])],
                             {"calib": calib_k, "eval": evals_k, **weights_by_name(keras_model)}, args.mct_timeout)
@@ -167,14 +178,19 @@ def qat_fashion_part(args) -> list:
             rows.append({"model": name, "setting": setting, "tool": f"hwquant Keras QAT ({keras.backend.backend()} backend)",
                          "accuracy": acc, "float_accuracy": float_acc, "init_seconds": init_s, "epoch_seconds": epoch_s})
             print(rows[-1], flush=True)
-            peer = run_peer(["--mode", "qat", "--model", name, "--epochs", str(args.qat_epochs),
-                             *(["--w4a4"] if bits == "w4a4" else [])],
-                            {"calib": calib, "train_x": fit_x, "train_y": fit_y, "test_x": test_k, "test_y": test_y,
-                             **{f"sd:{k}": v.numpy() for k, v in state.items()}}, args.mct_timeout)
-            rows.append({"model": name, "setting": setting, "tool": "MCT 2.6.1 Keras QAT (TF 2.15)",
-                         **({"error": peer["error"]} if "error" in peer else
-                            {k: float(peer[k]) for k in ("accuracy", "float_accuracy", "init_seconds", "epoch_seconds")})})
-            print(rows[-1], flush=True)
+            # then the same steps by hwquant on Keras' TensorFlow backend (.venv-tf) and by MCT, back to back
+            tool_args = ["--model", name, "--epochs", str(args.qat_epochs), *(["--w4a4"] if bits == "w4a4" else [])]
+            arrays = {"calib": calib, "train_x": fit_x, "train_y": fit_y, "test_x": test_k, "test_y": test_y,
+                      **{f"sd:{k}": v.numpy() for k, v in state.items()}}
+            others = [("MCT 2.6.1 Keras QAT (TF 2.15)", MCT_KERAS_PY, "peer_mct_keras_training.py", ["--mode", "qat"])]
+            if TF_PY.exists():
+                others.insert(0, ("hwquant Keras QAT (tensorflow backend)", TF_PY, "hwquant_keras_training_tf.py", []))
+            for tool, python, script, mode in others:
+                out = run_peer([*mode, *tool_args], arrays, args.mct_timeout, python, script, tool.split()[0])
+                rows.append({"model": name, "setting": setting, "tool": tool,
+                             **({"error": out["error"]} if "error" in out else
+                                {k: float(out[k]) for k in ("accuracy", "float_accuracy", "init_seconds", "epoch_seconds")})})
+                print(rows[-1], flush=True)
     return rows
 
 
@@ -283,6 +299,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", nargs="+", default=["gptq", "qat-fashion", "qat-mobilenet"])
     ap.add_argument("--bits", nargs="+", type=int, default=[4, 8])
+    ap.add_argument("--no-mct", action="store_true", help="GPTQ: hwquant's Keras and PyTorch GPTQ only")
     ap.add_argument("--n-calib", type=int, default=64)
     ap.add_argument("--n-eval", type=int, default=200)
     ap.add_argument("--epochs", type=int, default=2)

@@ -208,6 +208,43 @@ def test_mixed_precision_model_swaps_candidates_exactly(version, seed):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("version, custom", [("1.0", False), ("4.0", False), ("4.0", True)])
+def test_downstream_runs_measure_what_whole_model_runs_measure(version, custom):
+    """Candidates measured node by node (only the nodes downstream of the changed ones run again, the
+    default on the torch backend) give the distances of whole-model runs (TensorFlow's and JAX's way), for
+    the default distance and a custom one, whichever candidates are set."""
+    from hwquant.core.pipeline import candidates as cand
+    from hwquant.core.pipeline.stages import calibrate, compute_parameters, prepare
+    from hwquant.keras.mixed_precision import KerasSensitivityBackend
+
+    data = _batches()
+    state, _ = _state_and_data(_net(), lambda: iter([[b] for b in data]), mct.core.CoreConfig(),
+                               mct.get_target_platform_capabilities(version, "imx500"))
+    prepare(state)
+    calibrate(state, [[b] for b in data])
+    cand.select_base_configs(state.graph)
+    compute_parameters(state, all_candidates=True)
+    configurable = [n for n in state.graph if len(n.candidates) > 1]
+    observed = list(dict.fromkeys([n.name for n in configurable[-3:]] + state.graph.output_names()))
+    cfg = mct.core.MixedPrecisionQuantizationConfig(
+        distance_weighting_method=None,
+        **({"compute_distance_fn": lambda r, q: np.abs(r - q).reshape(len(r), -1).mean(1)} if custom else {}))
+    backends = [KerasSensitivityBackend(node_by_node=flag) for flag in (True, False)]
+    for backend in backends:
+        backend.build(state.graph, configurable, observed, [[data[1]], [data[2]]], cfg)
+    rng = np.random.default_rng(0)
+    base = {n.name: n.final_config for n in configurable}
+    for trial in range(6):
+        picked = {n.name: (n.candidates[rng.integers(len(n.candidates))] if trial and rng.random() < 0.4
+                           else base[n.name]) for n in configurable}
+        for backend in backends:
+            for node in configurable:
+                backend.set_candidate(node, picked[node.name])
+        for k in range(2):
+            fast, whole = (b.distances(k) for b in backends)
+            np.testing.assert_allclose(fast, whole, rtol=2e-4, atol=1e-9)
+
+
 def test_concurrent_keras_quantizations_give_the_sequential_results():
     """3 threads x 2 PTQs of one model, threads switching every 10 us: each result equals the sequential one."""
     import sys

@@ -414,10 +414,11 @@ def test_sequential_model(data):
 @pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's autograd Function")
 @pytest.mark.parametrize("axis,zero_point,learn_rounding", [(None, False, False), (None, True, True), (-1, False, True),
                                                             (-1, True, False), (1, True, True)])
-def test_torch_fake_quantize_is_quant_maths_bitwise(axis, zero_point, learn_rounding):
+def test_torch_fake_quantize_is_quant_maths(axis, zero_point, learn_rounding):
     """On Keras' torch backend the trainable quantizers fake-quantize through one autograd Function written in
     place (keras/trainable/torch_fake_quant.py): its values and its gradients to x, the scale and the zero point
-    are bitwise quant_math's (the other backends' arithmetic), over a grid cutting through the values."""
+    equal quant_math's (the other backends' arithmetic; torch.equal: a zero gradient may carry the upstream's
+    sign), over a grid cutting through the values."""
     import torch
 
     from hwquant.core.numerics import quant_math
@@ -469,3 +470,25 @@ def test_fit_runs_the_training_step_as_a_tensorflow_graph(data, monkeypatch):
     assert np.isfinite(history.history["loss"]).all() and not model.run_eagerly
     assert calls and not any(calls), "a quantizer ran eagerly during fit"
     assert len(calls) <= 2 * quantizers, f"{len(calls)} quantizer calls for {quantizers} quantizers over 18 steps"
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="the torch backend's grid")
+@pytest.mark.parametrize("target,method", [("weights", QM.POWER_OF_TWO), ("weights", QM.SYMMETRIC),
+                                           ("activation", QM.POWER_OF_TWO), ("activation", QM.SYMMETRIC)])
+def test_torch_symmetric_grid_is_the_generic_grid(target, method):
+    """On the torch backend a symmetric / power-of-two quantizer computes its grid in torch's operations: the same
+    scale and the same gradient to the threshold as the generic grid (quantizer_spec.grid_of), powers of two
+    exactly, a hair above them, and thresholds below min_threshold included."""
+    import torch
+    q, _ = make(target, method, "LSQ")
+    (t,) = q.quantization_parameters()
+    values = [2.0 ** -17, 0.5, 0.5000001, 0.75, 1.0, 3.0] if target == "activation" else [[2.0 ** -20, 0.5, 0.7]]
+    for value in values:
+        t.assign(np.full(t.shape, value, "float32") if target == "activation" else np.asarray(value, "float32"))
+        generic, fast = q.grid(), q._torch_symmetric_grid()
+        assert (generic.qmin, generic.qmax, generic.axis) == (fast.qmin, fast.qmax, fast.axis)
+        assert torch.equal(fast.scale, generic.scale)
+        weights = torch.linspace(-1, 1, int(np.prod(t.shape)) or 1).reshape(tuple(t.shape))
+        (a,) = torch.autograd.grad((generic.scale * weights).sum(), [t.value])
+        (b,) = torch.autograd.grad((fast.scale * weights).sum(), [t.value])
+        assert torch.equal(a, b)

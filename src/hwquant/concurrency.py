@@ -9,7 +9,7 @@
     optimisers then take another code path: GPTQ, data generation and pruning train with them);
   - torch.onnx's exporter raises its "exporting" flag and keeps its state in module globals;
   - torch.fx patches torch.nn.Module.__call__ and __getattr__ (other threads' calls pass through
-    hwquant's tracer, torch/capture.py) and raises its own tracing flag.
+    hwquant's tracer, torch/capture/routes.py) and raises its own tracing flag.
   So every public torch call holds FRAMEWORK_STATE shared (`@framework_call`), and each of those steps
   holds it exclusively (`with FRAMEWORK_STATE.exclusive:`): it waits until no other call computes, and no
   call computes until it is done. Keras calls hold it exclusively throughout (KERAS_LOCK): Keras' and

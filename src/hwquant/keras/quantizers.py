@@ -270,6 +270,10 @@ class KerasQuantizationWrapper(keras.layers.Wrapper):
         with keras.StatelessScope(state_mapping=quantized):
             if strided_pointwise_on_torch(self.layer):
                 return _subsampled_pointwise(self.layer, inputs)
+            if keras.backend.backend() == "torch" and not args and not kwargs:
+                from hwquant.keras.trainable import torch_layers  # (Keras' convolution without its layout copies)
+                if torch_layers.handles(self.layer, inputs):
+                    return torch_layers.call(self.layer, inputs)
             return self.layer(inputs, *args, **kwargs)
 
     def compute_output_shape(self, input_shape):

@@ -1,22 +1,26 @@
 """The trainable Keras quantizers: power-of-two / symmetric and uniform, for weights and activations,
 trained with STE or LSQ (``TrainingMethod``), the twins of torch/trainable/quantizers.py. What they learn
 is written once (trainable_infrastructure/quantizer_spec.py), the gradients too
-(``quant_math.affine_fake_quantize_gradients``); here they are wrapped in ``keras.ops.custom_gradient``,
-which runs on every Keras backend.
+(``quant_math.affine_fake_quantize_gradients``); here they are wrapped in one torch autograd Function on
+Keras' torch backend (keras/trainable/torch_fake_quant.py: that backend runs the step eagerly, so each
+operation counts) and in ``keras.ops.custom_gradient`` on the others (TensorFlow traces the step).
 
 Defaults, as in MCT: STE weight quantizers keep the PTQ parameters fixed (the weights learn); STE
 activation quantizers and every LSQ quantizer learn theirs (``freeze_quant_params`` overrides).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import keras
 from keras import ops
 
+from hwquant.constants import THRESHOLD
 from hwquant.core.numerics import quant_math
 from hwquant.keras.trainable.base import (BaseKerasActivationTrainableQuantizer, BaseKerasTrainableQuantizer,
                                           BaseKerasWeightTrainableQuantizer)
+from hwquant.tpc.enums import QuantizationMethod
 from hwquant.trainable_infrastructure.common import QuantizationTarget, TrainingMethod, mark_quantizer
 from hwquant.trainable_infrastructure.quantizer_spec import SYMMETRIC_METHODS, UNIFORM_METHODS
 
@@ -24,29 +28,49 @@ _PACKAGE = "hwquant"
 
 
 def affine_fake_quantize(x: Any, grid: quant_math.AffineGrid, learn_rounding: bool = False,
-                         scale_grad_factor: float = 1.0) -> Any:
-    """Fake-quantize ``x`` onto ``grid`` (its scale and zero point tensors of the learned variables), with
-    the straight-through gradient to x and the STE / LSQ gradients to the scale and the zero point."""
+                         scale_grad_factor: float = 1.0, learns: bool = True) -> Any:
+    """Fake-quantize ``x`` onto ``grid`` (its scale and zero point tensors of the learned variables; a python
+    zero point 0 for a symmetric grid, which then costs no addition), with the straight-through gradient to x
+    and the STE / LSQ gradients to the scale and the zero point (``learns``: whether any of them is trained;
+    on the torch backend autograd says it itself)."""
     qmin, qmax, axis = grid.qmin, grid.qmax, grid.axis
+    symmetric = isinstance(grid.zero_point, (int, float)) and grid.zero_point == 0
+    if keras.backend.backend() == "torch":  # one autograd Function: Keras' torch backend runs the step eagerly
+        from hwquant.keras.trainable import torch_fake_quant
 
-    @ops.custom_gradient
-    def fake_quantize(x, scale, zero_point):
-        grid = quant_math.AffineGrid(scale, zero_point, qmin, qmax, axis)
-        y, _ = quant_math.affine_fake_quantize_forward(x, grid)
+        x = x.value if isinstance(x, keras.Variable) else ops.convert_to_tensor(x)
+        return torch_fake_quant.affine_fake_quantize(x, ops.cast(grid.scale, x.dtype),
+                                                     None if symmetric else ops.cast(grid.zero_point, x.dtype),
+                                                     qmin, qmax, axis, learn_rounding, scale_grad_factor)
 
-        def grad(*args, upstream=None):  # (torch passes the inputs and upstream=; tensorflow and jax the upstream)
-            g = args[0] if upstream is None else upstream
-            # the forward values are computed again, not kept: on the torch backend an output held by this
-            # closure forms a reference cycle through the autograd graph that keeps every step's activations
-            y_again, inside = quant_math.affine_fake_quantize_forward(x, grid)
-            return quant_math.affine_fake_quantize_gradients(g, x, y_again, inside, scale, zero_point, axis, learn_rounding,
-                                                             scale_grad_factor, True, True)
-        return y, grad
+    def gradients(g, x, y, inside, scale, zero_point):
+        gx, gs, gz = quant_math.affine_fake_quantize_gradients(g, x, y, inside, scale, zero_point, axis, learn_rounding,
+                                                               scale_grad_factor, learns, learns and not symmetric)
+        return gx, (ops.zeros_like(scale) if gs is None else gs), (ops.zeros_like(scale) if gz is None else gz)
+
+    # (a traced step keeps the forward values for the backward pass: nothing is computed twice)
+    if symmetric:
+        @ops.custom_gradient
+        def fake_quantize(x, scale):
+            y, inside = quant_math.affine_fake_quantize_forward(x, quant_math.AffineGrid(scale, 0.0, qmin, qmax, axis))
+
+            def grad(*args, upstream=None):  # (torch passes the inputs and upstream=; tensorflow and jax the upstream)
+                return gradients(args[0] if upstream is None else upstream, x, y, inside, scale, None)[:2]
+            return y, grad
+    else:
+        @ops.custom_gradient
+        def fake_quantize(x, scale, zero_point):
+            y, inside = quant_math.affine_fake_quantize_forward(x, quant_math.AffineGrid(scale, zero_point, qmin, qmax, axis))
+
+            def grad(*args, upstream=None):
+                return gradients(args[0] if upstream is None else upstream, x, y, inside, scale, zero_point)
+            return y, grad
 
     # a variable is read into a tensor first: TensorFlow's custom gradient would take it for a variable the
     # function closes over, whose gradient it must return separately
     x = ops.copy(x) if isinstance(x, keras.Variable) else ops.convert_to_tensor(x)
-    return fake_quantize(x, ops.cast(grid.scale, x.dtype), ops.cast(grid.zero_point, x.dtype))
+    scale = ops.cast(grid.scale, x.dtype)
+    return fake_quantize(x, scale) if symmetric else fake_quantize(x, scale, ops.cast(grid.zero_point, x.dtype))
 
 
 class TrainableAffineQuantizer(BaseKerasTrainableQuantizer):
@@ -58,8 +82,28 @@ class TrainableAffineQuantizer(BaseKerasTrainableQuantizer):
         return self.grid_of(self._variables)
 
     def __call__(self, inputs: Any, training: Any = True) -> Any:
-        grid = self.grid()
-        return affine_fake_quantize(inputs, grid, self.learn_rounding, self.scale_gradient_factor(tuple(inputs.shape), grid))
+        if self.symmetric and keras.backend.backend() == "torch":
+            grid = self._torch_symmetric_grid()
+        else:
+            grid = self.grid()
+        if self.symmetric:  # (its zero point is 0: no addition and subtraction of zeros over the whole tensor)
+            grid = dataclasses.replace(grid, zero_point=0.0)
+        return affine_fake_quantize(inputs, grid, self.learn_rounding, self.scale_gradient_factor(tuple(inputs.shape), grid),
+                                    any(v.trainable for v in self._variables.values()))
+
+
+    def _torch_symmetric_grid(self) -> quant_math.AffineGrid:
+        """``grid()`` of a symmetric / power-of-two quantizer on Keras' torch backend, in torch's operations
+        (keras/trainable/torch_fake_quant.py ``symmetric_scale``: the same values and gradients)."""
+        from hwquant.keras.trainable import torch_fake_quant
+
+        self._check_initialized()
+        n = self.num_bits
+        qmin, qmax = (-2 ** (n - 1), 2 ** (n - 1) - 1) if self.signed else (0, 2 ** n - 1)
+        scale = torch_fake_quant.symmetric_scale(self._variables[THRESHOLD].value, self.min_threshold,
+                                                 self.method == QuantizationMethod.POWER_OF_TWO,
+                                                 2.0 ** (n - 1 if self.signed else n))
+        return quant_math.AffineGrid(scale, 0.0, qmin, qmax, self.channel_axis)
 
 
 # ------------------------------------------------------------------------------ registered classes
