@@ -122,6 +122,14 @@ REG_DEFAULT_SLA = 10.0   # ... with sample-layer attention (its loss is on anoth
 HESSIAN_NUM_SAMPLES = 256
 
 
+def check_given_optimizers(optimizer: Any, optimizer_rest: Any, base: type, example: str) -> None:
+    """A config getter's optimizers: None or an instance of the framework's ``base`` (``example``: one, as
+    ``<base's public name> (e.g. ...)``)."""
+    for name, value in (("optimizer", optimizer), ("optimizer_rest", optimizer_rest)):
+        if value is not None and not isinstance(value, base):
+            raise TypeError(f"{name} must be a {example} or None, got {type(value).__module__}.{type(value).__name__}")
+
+
 def gptq_config_with_defaults(n_epochs: int, optimizer: Any, optimizer_rest: Any, optimizer_bias: Any, loss: Any,
                               log_function: Any, use_hessian_based_weights: bool, regularization_factor: Optional[float],
                               hessian_batch_size: int, use_hessian_sample_attention: bool,

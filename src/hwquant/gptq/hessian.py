@@ -11,7 +11,11 @@ the largest over channels of the mean over the other axes (``per_channel=True``)
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable, List, Sequence
+
 import numpy as np
+
+from hwquant.logger import progress
 
 HESSIAN_ITERATIONS = 32  # random vectors per batch (the estimate's relative spread falls as 1 / sqrt)
 
@@ -34,3 +38,20 @@ def vjp_scores(g: np.ndarray, channel_axis: int, per_channel: bool) -> np.ndarra
     g2 = np.moveaxis(g2, axis, 1)
     g2 = g2.reshape(g2.shape[0], g2.shape[1], -1).mean(2) if g2.ndim > 2 else g2  # (batch, channels)
     return g2.max(1)
+
+
+def probed_scores(batches: Iterable[List[Any]], probe_gradients: Callable[[List[Any]], Iterable[Sequence[Any]]],
+                  channel_axes: Sequence[int], per_channel: bool) -> np.ndarray:
+    """(samples, points) scores over ``batches``: ``probe_gradients(batch)`` gives, per random vector, the
+    vector-Jacobian product at every point as a numpy array (None: a point the output does not depend on,
+    scored 0); each point's scores are averaged over the vectors."""
+    scores = []
+    for batch in progress(list(batches), "Hessian scores of the GPTQ interest points"):
+        total, probes = np.zeros((len(batch[0]), len(channel_axes))), 0
+        for grads in probe_gradients(batch):
+            probes += 1
+            for j, (g, axis) in enumerate(zip(grads, channel_axes)):
+                if g is not None:
+                    total[:, j] += vjp_scores(g, axis, per_channel)
+        scores.append(total / max(probes, 1))
+    return np.concatenate(scores)

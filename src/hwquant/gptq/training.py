@@ -102,9 +102,9 @@ class GPTQBackend(ABC):
     def kernels(self) -> tuple:
         """([[quantized kernel]], [[float kernel]]) per trained layer, as MCT's loss signature takes them."""
 
-    @abstractmethod
     def rounding_regularizations(self, beta: float) -> List[Any]:
         """Each trained layer's rounding regulariser at temperature ``beta`` (0 for STE)."""
+        return [q.rounding_regularization(beta) for q in self.quantizers]
 
     @abstractmethod
     def trained_biases(self, train_bias: bool) -> List[Any]:
@@ -208,6 +208,22 @@ def optimizer_groups(cfg: GradientPTQConfig, rounding: List[Any], biases: List[A
                                      "optimizer_rest (or optimizer_bias / optimizer_quantization_parameter)")
         groups.append((cfg.optimizer_rest, "optimizer_rest", rest))
     return groups
+
+
+def fresh_optimizer(spec: Any, what: str, base: type, copy: Callable[[Any], Any], make: Callable[[Any], Any],
+                    expected: str) -> Any:
+    """A new optimizer from the config field ``what``'s ``spec``: an instance of the framework's ``base``
+    (``copy``: its class and settings, the given instance left alone), or a class or function that ``make``
+    calls for one. ``expected`` names what is accepted in the error."""
+    if isinstance(spec, base):
+        return copy(spec)
+    made = make(spec) if callable(spec) else None
+    if isinstance(made, base):
+        return made
+    origin = type(spec).__module__.split(".")[0]
+    hint = "" if origin in (base.__module__.split(".")[0], "builtins") else f" (that is a {origin} optimizer)"
+    raise InvalidConfigError(f"GradientPTQConfig.{what} must be a {expected}, its class or a function returning one; "
+                             f"got {type(spec).__name__}{hint}")
 
 
 def install_kernels(graph: Graph, adapter: Any, kernels: Dict[str, np.ndarray]) -> None:
@@ -440,6 +456,16 @@ def run_gptq(state: Any, backend: GPTQBackend, cfg: GradientPTQConfig, batches: 
                           graph, state.adapter, state.statistics, quantized_kernels=kernels))
     state.graph, state.float_graph = state.float_graph, None
     state.report.bias_corrected = len(info["bias_corrected"])
+    return info
+
+
+def gptq_user_information(state: Any, adapter: Any, info_dict: Dict[str, Any], start: float) -> Any:
+    """The facades' UserInformation (``gptq_info_dict``: ``run_gptq``'s, empty without GPTQ), the time said."""
+    from hwquant.core.pipeline.facade_steps import user_information
+
+    info = user_information(state, adapter)
+    info.gptq_info_dict = info_dict
+    log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
     return info
 
 

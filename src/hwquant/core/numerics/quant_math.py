@@ -389,11 +389,13 @@ def rounding_remainders(x, grid: AffineGrid):
     return units - namespace.floor(units)
 
 
-def soft_rounded(x, grid: AffineGrid, up):
+def soft_rounded(x, grid: AffineGrid, up, hard: bool = False):
     """``dequantize(clip(floor(x / scale) + up + zero_point, qmin, qmax))``: x rounded down, plus ``up``
-    (in [0, 1]: AdaRound's learned h(v); 0 or 1 once rounding is hard)."""
+    (in [0, 1]: AdaRound's learned h(v); ``hard``: up rounded to 0 or 1, the values on the grid)."""
     namespace = namespace_of(x)
     _, zp = _affine_params(grid, x)
+    if hard:
+        up = namespace.where(up >= 0.5, 1.0, 0.0)
     q = namespace.clip(namespace.floor(grid_units(x, grid)) + up + zp, grid.qmin, grid.qmax)
     return dequantize(q, grid)
 

@@ -11,11 +11,10 @@ import numpy as np
 from keras import ops
 
 from hwquant.core.graph.model_graph import Graph, Node
-from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.hessian import HESSIAN_ITERATIONS, rademacher, vjp_scores
-from hwquant.gptq.training import GPTQBackend, StudentQuantizers
+from hwquant.gptq.hessian import HESSIAN_ITERATIONS, probed_scores, rademacher
+from hwquant.gptq.training import GPTQBackend, StudentQuantizers, fresh_optimizer
 from hwquant.keras.array_namespace import OPS
 from hwquant.keras.builder import build_model
 from hwquant.keras.gptq.quantizers import BaseKerasGPTQTrainableQuantizer
@@ -23,7 +22,6 @@ from hwquant.keras.gradients import gradients_of_each, variable_gradients
 from hwquant.keras.quantizers import KerasQuantizationWrapper, strided_pointwise_on_torch
 from hwquant.keras.trainable import BaseKerasTrainableQuantizer
 from hwquant.keras.trainable.model import TrainableBlocks
-from hwquant.logger import progress
 
 
 def _numpy(x: Any) -> np.ndarray:
@@ -63,24 +61,6 @@ class _DifferentiableFloatBlocks:
         return tensor
 
 
-def _make_optimizer(spec: Any, what: str) -> Any:
-    """A fresh Keras optimizer from the config's ``spec``: an optimizer (its class and settings; the given
-    instance is left alone), an optimizer class, or a function returning one."""
-    if isinstance(spec, keras.optimizers.Optimizer):
-        return type(spec).from_config(spec.get_config())
-    if isinstance(spec, type) and issubclass(spec, keras.optimizers.Optimizer):
-        return spec()
-    made = spec() if callable(spec) and not isinstance(spec, type) else None
-    if isinstance(made, keras.optimizers.Optimizer):
-        return made
-    origin = type(spec).__module__.split(".")[0]
-    hint = "" if origin in ("keras", "builtins") else \
-        f" (that is a {origin} optimizer: Keras GPTQ trains with Keras 3's optimizers)"
-    raise InvalidConfigError(f"GradientPTQConfig.{what} must be a keras.optimizers.Optimizer (e.g. "
-                             f"keras.optimizers.Adam(learning_rate=1e-2)), its class or a function returning one; got "
-                             f"{type(spec).__name__}{hint}")
-
-
 class KerasGPTQBackend(GPTQBackend):
     ops = OPS
 
@@ -105,22 +85,16 @@ class KerasGPTQBackend(GPTQBackend):
         return model(tensors if len(tensors) > 1 else tensors[0], training=training)
 
     def hessian_scores(self, n_samples: int, batch_size: int, per_sample: bool) -> np.ndarray:
-        rng, scores = np.random.default_rng(0), []
-        for i in progress(range(0, n_samples, batch_size), "Hessian scores of the GPTQ interest points"):
-            batch = [s[i:min(i + batch_size, n_samples)] for s in self.samples]
+        rng = np.random.default_rng(0)
 
-            def forward(xs):
-                outputs, points = self.teacher(xs if len(xs) > 1 else xs[0], training=False)
-                flat = ops.concatenate([ops.reshape(t, (ops.shape(t)[0], -1)) for t in keras.tree.flatten(outputs)], 1)
-                probes = [rademacher(rng, tuple(flat.shape)) for _ in range(HESSIAN_ITERATIONS)]
-                return [ops.sum(flat * ops.convert_to_tensor(v)) for v in probes], points
-            total = np.zeros((len(batch[0]), len(self.layers)))
-            for grads in gradients_of_each(forward, batch, "GPTQ's Hessian-based weights"):
-                for j, g in enumerate(grads):
-                    if g is not None:  # a point the output does not depend on scores 0
-                        total[:, j] += vjp_scores(g, -1, per_sample)  # (Keras: channels last)
-            scores.append(total / HESSIAN_ITERATIONS)
-        return np.concatenate(scores)
+        def forward(xs):
+            outputs, points = self.teacher(xs if len(xs) > 1 else xs[0], training=False)
+            flat = ops.concatenate([ops.reshape(t, (ops.shape(t)[0], -1)) for t in keras.tree.flatten(outputs)], 1)
+            probes = [rademacher(rng, tuple(flat.shape)) for _ in range(HESSIAN_ITERATIONS)]
+            return [ops.sum(flat * ops.convert_to_tensor(v)) for v in probes], points
+        batches = [[s[i:min(i + batch_size, n_samples)] for s in self.samples] for i in range(0, n_samples, batch_size)]
+        return probed_scores(batches, lambda batch: gradients_of_each(forward, batch, "GPTQ's Hessian-based weights"),
+                             [-1] * len(self.layers), per_sample)  # (Keras: channels last)
 
     def teacher_points(self, inputs: List[Any]) -> List[Any]:
         return [ops.stop_gradient(t) for t in self._call(self.teacher, inputs, False)[1]]
@@ -132,15 +106,14 @@ class KerasGPTQBackend(GPTQBackend):
         floats = [[held[self.adapter.kernel_attr(n)].value] for n, held in zip(self.layers, self.held)]
         return [[q(k[0], training=True)] for q, k in zip(self.quantizers, floats)], floats
 
-    def rounding_regularizations(self, beta: float) -> List[Any]:
-        return [q.rounding_regularization(beta) for q in self.quantizers]
-
     def trained_biases(self, train_bias: bool) -> List[Any]:
         return [held[self.adapter.bias_attr(n)] for n, held in zip(self.layers, self.held)
                 if train_bias and self.adapter.bias_attr(n) in held]
 
     def make_optimizers(self, groups: List[tuple]) -> None:
-        self.groups = [(_make_optimizer(spec, name), params) for spec, name, params in groups]
+        self.groups = [(fresh_optimizer(spec, name, keras.optimizers.Optimizer, lambda o: type(o).from_config(o.get_config()),
+                                        lambda f: f(), "keras.optimizers.Optimizer (e.g. keras.optimizers.Adam("
+                                        "learning_rate=1e-2))"), params) for spec, name, params in groups]
         self.variables = [v for _, vs in self.groups for v in vs]
         self.rounding, self.last_gradients = groups[0][2], [None] * len(groups[0][2])
 

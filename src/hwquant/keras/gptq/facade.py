@@ -11,12 +11,12 @@ import keras
 
 from hwquant.concurrency import KERAS_LOCK
 from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.pipeline.facade_steps import debug_bypass, user_information
+from hwquant.core.pipeline.facade_steps import debug_bypass
 from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, BIAS_MOMENTUM, LR_BIAS_DEFAULT, LR_DEFAULT,
                                  LR_REST_DEFAULT, GradientPTQConfig, GradualActivationQuantizationConfig,
-                                 gptq_config_with_defaults)
-from hwquant.gptq.training import check_gptq_arguments, run_gptq
+                                 check_given_optimizers, gptq_config_with_defaults)
+from hwquant.gptq.training import check_gptq_arguments, gptq_user_information, run_gptq
 from hwquant.keras.data import KerasRepresentativeData
 from hwquant.keras.facade import run_keras_ptq
 
@@ -39,10 +39,8 @@ def get_keras_gptq_config(n_epochs: int, optimizer: Optional[Any] = None, optimi
     (sample-layer attention) by default; gradual activation quantization on by default. The optimizers
     given are copied (class and settings) for the variables they train. ``loss`` None takes the default
     loss of the chosen weighting (gptq/loss.py)."""
-    for name, value in (("optimizer", optimizer), ("optimizer_rest", optimizer_rest)):
-        if value is not None and not isinstance(value, keras.optimizers.Optimizer):
-            raise TypeError(f"{name} must be a keras.optimizers.Optimizer (e.g. keras.optimizers.Adam(learning_rate=1e-2)) "
-                            f"or None, got {type(value).__module__}.{type(value).__name__}")
+    check_given_optimizers(optimizer, optimizer_rest, keras.optimizers.Optimizer,
+                           "keras.optimizers.Optimizer (e.g. keras.optimizers.Adam(learning_rate=1e-2))")
     return gptq_config_with_defaults(
         n_epochs, optimizer or keras.optimizers.Adam(learning_rate=LR_DEFAULT, epsilon=ADAM_EPSILON),
         optimizer_rest or keras.optimizers.Adam(learning_rate=LR_REST_DEFAULT, epsilon=ADAM_EPSILON),
@@ -92,7 +90,4 @@ def keras_gradient_post_training_quantization(
         model = model if model is not None else session.adapter.build(state.graph, quantized=True)
     model.hwquant_metadata = quantization_metadata(state.tpc, core_config, "keras",
                                                    "gptq" if gptq_config is not None else "ptq", state)
-    info = user_information(state, session.adapter)
-    info.gptq_info_dict = info_dict
-    log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
-    return model, info
+    return model, gptq_user_information(state, session.adapter, info_dict, start)

@@ -13,12 +13,10 @@ from torch import nn
 
 from hwquant.core.graph.model_graph import Graph, Node
 from hwquant.core.mixed_precision.sensitivity import compared_outputs
-from hwquant.errors import InvalidConfigError
 from hwquant.gptq import loss
 from hwquant.gptq.config import GradientPTQConfig
-from hwquant.gptq.hessian import HESSIAN_ITERATIONS, vjp_scores
-from hwquant.gptq.training import GPTQBackend, StudentQuantizers
-from hwquant.logger import progress
+from hwquant.gptq.hessian import HESSIAN_ITERATIONS, probed_scores
+from hwquant.gptq.training import GPTQBackend, StudentQuantizers, fresh_optimizer
 from hwquant.torch.array_namespace import OPS
 from hwquant.torch.builder import build_module
 from hwquant.torch.gptq.quantizers import BasePytorchGPTQTrainableQuantizer
@@ -51,41 +49,24 @@ class GradualActivationQuantizer(nn.Module):
         self.quantizer.initialize_quantization(tensor_shape, name, layer)
 
 
-def _make_optimizer(spec: Any, params: List[nn.Parameter], what: str) -> torch.optim.Optimizer:
-    """A fresh optimizer over ``params`` from the config's ``spec``: an optimizer (its class and settings; the
-    given instance is left alone), an optimizer class, or a factory of params."""
-    if isinstance(spec, torch.optim.Optimizer):
-        return type(spec)(params, **spec.defaults)
-    if isinstance(spec, type) and issubclass(spec, torch.optim.Optimizer) or callable(spec):
-        opt = spec(params)
-        if isinstance(opt, torch.optim.Optimizer):
-            return opt
-    raise InvalidConfigError(f"GradientPTQConfig.{what} must be a torch.optim.Optimizer (e.g. "
-                             f"torch.optim.Adam([torch.zeros(0)], lr=1e-2)), an optimizer class or a function of the "
-                             f"parameters returning one; got {spec!r}")
-
-
 def activation_hessian_scores(model: nn.Module, batches: List[List[torch.Tensor]], channel_axes: Sequence[int],
                               per_channel: bool, iterations: int = HESSIAN_ITERATIONS) -> np.ndarray:
     """(samples, points) scores for the float ``model`` returning ``(outputs, [points])``: Hutchinson's
     estimator, one backward pass per random vector (gptq/hessian.py says what it estimates)."""
-    gen, scores = None, []
-    for batch in progress(batches, "Hessian scores of the GPTQ interest points"):
+    gen: List[torch.Generator] = []
+
+    def probe_gradients(batch):
         inputs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in batch]
         with torch.enable_grad():
             outputs, points = model(*inputs)
             out = torch.cat([t.flatten(1) if t.dim() > 1 else t[:, None] for t in flat_tensors(outputs)
                              if t.is_floating_point()], 1)
-            gen = gen or torch.Generator(device=out.device).manual_seed(0)
-            total = np.zeros((out.shape[0], len(points)))
+            gen[:] = gen or [torch.Generator(device=out.device).manual_seed(0)]
             for _ in range(iterations):
-                v = torch.randint(0, 2, out.shape, generator=gen, device=out.device).to(out.dtype) * 2 - 1
+                v = torch.randint(0, 2, out.shape, generator=gen[0], device=out.device).to(out.dtype) * 2 - 1
                 grads = torch.autograd.grad((out * v).sum(), points, retain_graph=True, allow_unused=True)
-                for j, (g, axis) in enumerate(zip(grads, channel_axes)):
-                    if g is not None:  # a point the output does not depend on scores 0
-                        total[:, j] += vjp_scores(g.detach().float().cpu().numpy(), axis, per_channel)
-        scores.append(total / iterations)
-    return np.concatenate(scores)
+                yield [None if g is None else g.detach().float().cpu().numpy() for g in grads]
+    return probed_scores(batches, probe_gradients, channel_axes, per_channel)
 
 
 class TorchGPTQBackend(GPTQBackend):
@@ -133,9 +114,6 @@ class TorchGPTQBackend(GPTQBackend):
         floats = [[w.float_weight(a)] for w, a in zip(self.wrappers, attrs)]
         return [[q(f[0])] for q, f in zip(self.quantizers, floats)], floats
 
-    def rounding_regularizations(self, beta: float) -> List[Any]:
-        return [q.rounding_regularization(beta) for q in self.quantizers]
-
     def trained_biases(self, train_bias: bool) -> List[Any]:
         return [w.layer.bias for w in self.wrappers if train_bias and isinstance(getattr(w.layer, "bias", None),
                                                                              nn.Parameter)]
@@ -145,7 +123,9 @@ class TorchGPTQBackend(GPTQBackend):
         for *_, params in groups:
             for p in params:
                 p.requires_grad_(True)
-        self.optimizers = [_make_optimizer(spec, params, name) for spec, name, params in groups]
+        self.optimizers = [fresh_optimizer(spec, name, torch.optim.Optimizer, lambda o, p=params: type(o)(p, **o.defaults),
+                                           lambda f, p=params: f(p), "torch.optim.Optimizer (e.g. torch.optim.Adam("
+                                           "[torch.zeros(0)], lr=1e-2))") for spec, name, params in groups]
         self.rounding = groups[0][2]
 
     def train_step(self, loss: Callable[[], Any]) -> float:

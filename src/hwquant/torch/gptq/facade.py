@@ -3,7 +3,6 @@ optimizers; the rest of the defaults: gptq/config.py) and `mct.gptq.pytorch_grad
 (post-training quantization, then the framework-free loop of gptq/training.py on torch/gptq/backend.py)."""
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Callable, Optional, Tuple, Union
 
@@ -12,18 +11,16 @@ from torch import nn
 
 from hwquant.concurrency import framework_call
 from hwquant.core.configuration.config import CoreConfig, ResourceUtilization, UserInformation
-from hwquant.core.pipeline.facade_steps import debug_bypass, user_information
+from hwquant.core.pipeline.facade_steps import debug_bypass
 from hwquant.core.pipeline.model_metadata import quantization_metadata
 from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, BIAS_MOMENTUM, LR_BIAS_DEFAULT, LR_DEFAULT,
                                  LR_REST_DEFAULT, GradientPTQConfig, GradualActivationQuantizationConfig,
-                                 gptq_config_with_defaults)
-from hwquant.gptq.training import check_gptq_arguments, run_gptq
+                                 check_given_optimizers, gptq_config_with_defaults)
+from hwquant.gptq.training import check_gptq_arguments, gptq_user_information, run_gptq
 from hwquant.torch.data import RepresentativeData, check_same_input_shapes
 from hwquant.torch.facade import DEFAULT_PYTORCH_TPC, run_pytorch_ptq
 from hwquant.torch.gptq.backend import TorchGPTQBackend
 from hwquant.torch.deployment.metadata import attach_metadata
-
-log = logging.getLogger("hwquant.gptq")
 
 
 def _placeholder_optimizer(cls, **kwargs) -> torch.optim.Optimizer:
@@ -44,10 +41,8 @@ def get_pytorch_gptq_config(n_epochs: int, optimizer: Optional[torch.optim.Optim
     for the rest, SGD (lr 1e-4, momentum 0.9) for the biases; Hessian-based loss weights, per sample
     (sample-layer attention) by default; gradual activation quantization on by default. ``loss`` None
     takes the default loss of the chosen weighting."""
-    for name, value in (("optimizer", optimizer), ("optimizer_rest", optimizer_rest)):
-        if value is not None and not isinstance(value, torch.optim.Optimizer):
-            raise TypeError(f"{name} must be a torch.optim.Optimizer (over a dummy tensor, e.g. "
-                            f"torch.optim.Adam([torch.zeros(0)], lr=1e-2)) or None, got {type(value).__name__}")
+    check_given_optimizers(optimizer, optimizer_rest, torch.optim.Optimizer,
+                           "torch.optim.Optimizer (over a dummy tensor, e.g. torch.optim.Adam([torch.zeros(0)], lr=1e-2))")
     return gptq_config_with_defaults(
         n_epochs, optimizer or _placeholder_optimizer(torch.optim.Adam, lr=LR_DEFAULT),
         optimizer_rest or _placeholder_optimizer(torch.optim.Adam, lr=LR_REST_DEFAULT),
@@ -92,7 +87,4 @@ def pytorch_gradient_post_training_quantization(
     quantized = session.adapter.build(state.graph, quantized=True).eval()
     attach_metadata(quantized, quantization_metadata(state.tpc, core_config, "pytorch",
                                                      "gptq" if gptq_config is not None else "ptq", state))
-    info = user_information(state, session.adapter)
-    info.gptq_info_dict = info_dict
-    log.info("gradient-based post-training quantization of %s took %.1f s", state.graph.name, time.perf_counter() - start)
-    return quantized, info
+    return quantized, gptq_user_information(state, session.adapter, info_dict, start)

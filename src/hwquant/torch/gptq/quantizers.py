@@ -7,10 +7,9 @@ from typing import List
 import torch
 from torch import nn
 
-from hwquant.core.numerics import quant_math
 from hwquant.errors import InvalidConfigError
 from hwquant.gptq.config import RoundingType, checked_gptq_quantizer_args
-from hwquant.gptq.soft_rounding import initial_soft_rounding, rounding_regularization, soft_targets
+from hwquant.gptq.soft_rounding import SoftRoundingWeights, STERoundingWeights
 from hwquant.torch.array_namespace import OPS
 from hwquant.torch.trainable.base import BasePytorchTrainableQuantizer
 from hwquant.torch.trainable.fake_quant import affine_fake_quantize
@@ -24,6 +23,7 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
     :meth:`init_rounding` from the float weights they will round."""
 
     freeze_by_default = True
+    ops = OPS
 
     def __init__(self, quantization_config, quantization_parameter_learning: bool = False):
         checked_gptq_quantizer_args(type(self).__name__, quantization_parameter_learning)
@@ -34,26 +34,23 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
     def init_rounding(self, weights: torch.Tensor) -> None:
         """Create the rounding variables for the float ``weights`` (the layer's kernel)."""
         self.initialize_quantization(tuple(weights.shape))
-        with torch.no_grad():
-            self.auxvar = nn.Parameter(self._initial_auxvar(weights.detach().float()))
+        start = self.initial_auxvar(weights.detach().float().cpu().numpy())  # type: ignore[attr-defined]
+        self.auxvar = nn.Parameter(torch.from_numpy(start).to(weights.device, torch.float32))
 
-    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def _check(self, w: torch.Tensor) -> None:
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
         if self.auxvar.shape != w.shape:
             raise InvalidConfigError(f"{type(self).__name__}: rounding variables of shape {tuple(self.auxvar.shape)} "
                                      f"for weights of shape {tuple(w.shape)}: call init_rounding(weights) first")
+        return self.quantize(w)
+
+    def quantize(self, w: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def quantization_parameters(self) -> List[nn.Parameter]:
         return [p for p in self.parameters() if p is not self.auxvar]
 
     def get_trainable_variables(self, group: VariableGroup) -> List[nn.Parameter]:
         return [self.auxvar] if group == VariableGroup.WEIGHTS else super().get_trainable_variables(group)
-
-    def rounding_regularization(self, beta: float) -> torch.Tensor:
-        """The rounding regulariser of this kernel (0 for STE)."""
-        return self.auxvar.new_zeros(())
 
     @torch.no_grad()
     def quantized_weights(self, w: torch.Tensor) -> torch.Tensor:
@@ -65,28 +62,13 @@ class BasePytorchGPTQTrainableQuantizer(BasePytorchTrainableQuantizer):
             self.train(was_training)
 
 
-class _SoftRounding(BasePytorchGPTQTrainableQuantizer):
+class _SoftRounding(SoftRoundingWeights, BasePytorchGPTQTrainableQuantizer):
 
-    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
-        rest = quant_math.rounding_remainders(w, self.grid())
-        return torch.from_numpy(initial_soft_rounding(rest.detach().cpu().numpy())).to(w)
-
-    def soft_targets(self) -> torch.Tensor:
-        return soft_targets(OPS, self.auxvar)
-
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
-        self._check(w)
-        grid = self.grid()
-        h = self.soft_targets()
-        if not self.training:
-            h = (h >= 0.5).to(h.dtype)
-        return quant_math.soft_rounded(w, grid, h)
-
-    def rounding_regularization(self, beta: float) -> torch.Tensor:
-        return rounding_regularization(OPS, self.auxvar, beta)
+    def quantize(self, w: torch.Tensor) -> torch.Tensor:
+        return self.rounded(w, hard=not self.training)
 
 
-class _STERounding(BasePytorchGPTQTrainableQuantizer):
+class _STERounding(STERoundingWeights, BasePytorchGPTQTrainableQuantizer):
 
     def __init__(self, quantization_config, quantization_parameter_learning: bool = False,
                  max_lsbs_change: float = 1.0):
@@ -94,17 +76,9 @@ class _STERounding(BasePytorchGPTQTrainableQuantizer):
         _, self.max_lsbs_change = checked_gptq_quantizer_args(type(self).__name__, quantization_parameter_learning,
                                                               max_lsbs_change)
 
-    def _initial_auxvar(self, w: torch.Tensor) -> torch.Tensor:
-        return torch.zeros_like(w)
-
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
-        self._check(w)
-        grid = self.grid()
-        shift = self.auxvar.clamp(-self.max_lsbs_change, self.max_lsbs_change)
-        s = quant_math.per_channel_view(grid.scale, w, grid.axis)
-        # the shifted weight in real units; its rounding is passed straight through to the shift
-        return affine_fake_quantize(w.detach() + shift * s.detach(), grid.scale, grid.zero_point, grid.qmin,
-                                    grid.qmax, grid.axis)
+    def quantize(self, w: torch.Tensor) -> torch.Tensor:
+        shifted, grid = self.shifted(w)
+        return affine_fake_quantize(shifted, grid.scale, grid.zero_point, grid.qmin, grid.qmax, grid.axis)
 
 
 # ------------------------------------------------------------------------------ registered classes
