@@ -81,14 +81,15 @@ def qat(mct, tf, args, data, tpc):
         model, lambda: ([calib[i:i + 64]] for i in range(0, len(calib), 64)), core_config=core,
         target_platform_capabilities=tpc)
     init_seconds = time.perf_counter() - start
+    test_x, test_y = data["test_x"], data["test_y"]
+    init_accuracy = float((predict(qat_model, test_x, 1000).argmax(1) == test_y).mean())
     qat_model.compile(optimizer=tf.keras.optimizers.Adam(1e-4),
                       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     start = time.perf_counter()
     qat_model.fit(train_x, train_y, epochs=args.epochs, batch_size=128, verbose=0, shuffle=False)
     epoch_seconds = (time.perf_counter() - start) / args.epochs
     final = mct.qat.keras_quantization_aware_training_finalize_experimental(qat_model)
-    test_x, test_y = data["test_x"], data["test_y"]
-    np.savez(args.out, accuracy=float((predict(final, test_x, 1000).argmax(1) == test_y).mean()),
+    np.savez(args.out, accuracy=float((predict(final, test_x, 1000).argmax(1) == test_y).mean()), init_accuracy=init_accuracy,
              float_accuracy=float((predict(model, test_x, 1000).argmax(1) == test_y).mean()),
              init_seconds=init_seconds, epoch_seconds=epoch_seconds)
 

@@ -167,6 +167,7 @@ def qat_fashion_part(args) -> list:
             qat, _, _ = mct.qat.keras_quantization_aware_training_init_experimental(
                 model, lambda: ([calib[i:i + 64]] for i in range(0, len(calib), 64)), core_config=core)
             init_s = time.perf_counter() - t0
+            init_acc = float((predict_keras(qat, test_k, 1000).argmax(1) == test_y).mean())
             qat.compile(optimizer=keras.optimizers.Adam(1e-4),
                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             t0 = time.perf_counter()
@@ -176,7 +177,8 @@ def qat_fashion_part(args) -> list:
             acc = float((predict_keras(final, test_k, 1000).argmax(1) == test_y).mean())
             setting = f"{bits.upper()}, {args.qat_epochs} epoch(s) over {args.qat_train} images"
             rows.append({"model": name, "setting": setting, "tool": f"hwquant Keras QAT ({keras.backend.backend()} backend)",
-                         "accuracy": acc, "float_accuracy": float_acc, "init_seconds": init_s, "epoch_seconds": epoch_s})
+                         "accuracy": acc, "init_accuracy": init_acc, "float_accuracy": float_acc, "init_seconds": init_s,
+                         "epoch_seconds": epoch_s})
             print(rows[-1], flush=True)
             # then the same steps by hwquant on Keras' TensorFlow backend (.venv-tf) and by MCT, back to back
             tool_args = ["--model", name, "--epochs", str(args.qat_epochs), *(["--w4a4"] if bits == "w4a4" else [])]
@@ -189,7 +191,8 @@ def qat_fashion_part(args) -> list:
                 out = run_peer([*mode, *tool_args], arrays, args.mct_timeout, python, script, tool.split()[0])
                 rows.append({"model": name, "setting": setting, "tool": tool,
                              **({"error": out["error"]} if "error" in out else
-                                {k: float(out[k]) for k in ("accuracy", "float_accuracy", "init_seconds", "epoch_seconds")})})
+                                {k: float(out[k]) for k in ("accuracy", "init_accuracy", "float_accuracy", "init_seconds",
+                                                             "epoch_seconds")})})
                 print(rows[-1], flush=True)
     return rows
 
@@ -273,14 +276,19 @@ def render(results: dict) -> str:
                        f"{r['labelled']}/{r['n_labelled']} (float {r['float_labelled']}) |")
         out.append("")
     if "qat-fashion" in results:
-        out += ["| model | setting | tool | test accuracy | float | QAT init (s) | s per epoch |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["| model | setting | tool | after init | test accuracy | float | QAT init (s) | s per epoch | epoch vs MCT |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        mct_epoch = {(r["model"], r["setting"]): r["epoch_seconds"] for r in results["qat-fashion"]
+                     if r["tool"].startswith("MCT") and "error" not in r}
         for r in results["qat-fashion"]:
             if "error" in r:
-                out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {r['error']} | | | |")
+                out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {r['error']} | | | | | |")
                 continue
-            out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {100 * r['accuracy']:.2f} % | "
-                       f"{100 * r['float_accuracy']:.2f} % | {r['init_seconds']:.1f} | {r['epoch_seconds']:.1f} |")
+            mct = mct_epoch.get((r["model"], r["setting"]))
+            init = f"{100 * r['init_accuracy']:.2f} %" if "init_accuracy" in r else ""
+            out.append(f"| {r['model']} | {r['setting']} | {r['tool']} | {init} | {100 * r['accuracy']:.2f} % | "
+                       f"{100 * r['float_accuracy']:.2f} % | {r['init_seconds']:.1f} | {r['epoch_seconds']:.1f} | "
+                       f"{'' if mct is None else format(r['epoch_seconds'] / mct, '.2f') + 'x'} |")
         out.append("")
     if "qat-mobilenet" in results:
         out += ["| setting | model | top-1 agreement | SQNR (dB) | labelled top-1 | time / size / latency |",

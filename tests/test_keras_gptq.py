@@ -161,3 +161,29 @@ def test_bad_input():
              gptq_representative_data_gen=lambda: iter([[X[:16]], [X[16:20, :10, :10]]]))
     with pytest.raises(InvalidConfigError, match="gptq_representative_data_gen"):
         GPTQ(_net(), gen(), mct.gptq.get_keras_gptq_config(n_epochs=1), gptq_representative_data_gen=[X])
+
+
+def test_default_adam_steps_as_torch_adam():
+    """Keras GPTQ's default optimizers step as torch.optim.Adam (epsilon on the bias-corrected root): over a
+    few steps on gradients spanning 1e-9 to 1, the values equal torch's formula's, where Keras' Adam differs."""
+    from hwquant.keras.trainable.optimizers import TorchAdam
+
+    rng = np.random.default_rng(0)
+    grads = [(rng.standard_normal(64) * 10.0 ** rng.uniform(-9, 0, 64)).astype(np.float32) for _ in range(5)]
+    start = rng.standard_normal(64).astype(np.float32)
+    lr, b1, b2, eps = 3e-2, 0.9, 0.999, 1e-8
+    p, m, v = start.astype(np.float64), np.zeros(64), np.zeros(64)
+    for t, g in enumerate(grads, 1):  # torch.optim.Adam's update, in float64
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g.astype(np.float64) ** 2
+        p = p - lr / (1 - b1 ** t) * m / (np.sqrt(v) / np.sqrt(1 - b2 ** t) + eps)
+    found = {}
+    for cls in (TorchAdam, keras.optimizers.Adam):
+        variable = keras.Variable(start)
+        optimizer = cls(learning_rate=lr, beta_1=b1, beta_2=b2, epsilon=eps)
+        for g in grads:
+            optimizer.apply_gradients([(keras.ops.convert_to_tensor(g), variable)])
+        found[cls] = numpy(variable)
+    np.testing.assert_allclose(found[TorchAdam], p, rtol=1e-5, atol=1e-6)
+    assert np.abs(found[keras.optimizers.Adam] - p).max() > 1e-3  # (Keras' own Adam: another step for small gradients)
+    cfg = mct.gptq.get_keras_gptq_config(1)
+    assert type(cfg.optimizer) is TorchAdam and type(cfg.optimizer_rest) is TorchAdam

@@ -19,12 +19,13 @@ from hwquant.gptq.config import (ACT_HESSIAN_DEFAULT_BATCH_SIZE, BIAS_MOMENTUM, 
 from hwquant.gptq.training import check_gptq_arguments, gptq_user_information, run_gptq
 from hwquant.keras.data import KerasRepresentativeData
 from hwquant.keras.facade import run_keras_ptq
+from hwquant.keras.trainable.optimizers import TorchAdam
 
 log = logging.getLogger("hwquant.gptq")
-# torch.optim.Adam's epsilon (Keras' default is 1e-7): Adam's first steps move a rounding variable of a near-zero
-# gradient by lr * g / (|g| + eps), so with 1e-7 such variables barely move and the rounding learned in a few
-# steps is not PyTorch's (MobileNetV2 W4A8, 2 epochs of 64 crops: 0.4 dB below PyTorch's GPTQ; 1e-8: 0.2 dB)
-ADAM_EPSILON = 1e-8
+# the default optimizers are Adam as torch.optim.Adam computes it, epsilon included (keras/trainable/optimizers.py):
+# GPTQ's few steps move the rounding variables of near-zero gradients by lr * g / (|g| + eps), so Keras' own Adam
+# learned another rounding than PyTorch GPTQ from the same model
+ADAM_EPSILON = 1e-8  # torch.optim.Adam's
 
 
 def get_keras_gptq_config(n_epochs: int, optimizer: Optional[Any] = None, optimizer_rest: Optional[Any] = None,
@@ -35,15 +36,15 @@ def get_keras_gptq_config(n_epochs: int, optimizer: Optional[Any] = None, optimi
                           gradual_activation_quantization: Union[bool, GradualActivationQuantizationConfig] = True
                           ) -> GradientPTQConfig:
     """A GradientPTQConfig for Keras models: Adam (lr 3e-2) for the rounding variables, Adam (lr 1e-4) for the
-    rest (both with PyTorch's epsilon, 1e-8), SGD (lr 1e-4, momentum 0.9) for the biases; Hessian-based loss weights, per sample
-    (sample-layer attention) by default; gradual activation quantization on by default. The optimizers
-    given are copied (class and settings) for the variables they train. ``loss`` None takes the default
-    loss of the chosen weighting (gptq/loss.py)."""
+    rest (both computed as torch.optim.Adam, epsilon 1e-8 included), SGD (lr 1e-4, momentum 0.9) for the
+    biases; Hessian-based loss weights, per sample (sample-layer attention) by default; gradual activation
+    quantization on by default. The optimizers given are copied (class and settings) for the variables they
+    train. ``loss`` None takes the default loss of the chosen weighting (gptq/loss.py)."""
     check_given_optimizers(optimizer, optimizer_rest, keras.optimizers.Optimizer,
                            "keras.optimizers.Optimizer (e.g. keras.optimizers.Adam(learning_rate=1e-2))")
     return gptq_config_with_defaults(
-        n_epochs, optimizer or keras.optimizers.Adam(learning_rate=LR_DEFAULT, epsilon=ADAM_EPSILON),
-        optimizer_rest or keras.optimizers.Adam(learning_rate=LR_REST_DEFAULT, epsilon=ADAM_EPSILON),
+        n_epochs, optimizer or TorchAdam(learning_rate=LR_DEFAULT, epsilon=ADAM_EPSILON),
+        optimizer_rest or TorchAdam(learning_rate=LR_REST_DEFAULT, epsilon=ADAM_EPSILON),
         keras.optimizers.SGD(learning_rate=LR_BIAS_DEFAULT, momentum=BIAS_MOMENTUM), loss, log_function,
         use_hessian_based_weights, regularization_factor, hessian_batch_size, use_hessian_sample_attention,
         gradual_activation_quantization)
