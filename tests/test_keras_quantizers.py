@@ -39,3 +39,42 @@ def test_lookup_table_weights_quantizer_is_quant_maths(method, threshold, axis):
     expected = quant_math.fake_quantize(x, q.grid)
     got = np.asarray(keras.ops.convert_to_numpy(q(keras.ops.convert_to_tensor(x))))
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="Keras' torch backend's layout shortcut")
+@pytest.mark.parametrize("kind,kwargs", [
+    ("conv", dict(filters=5, kernel_size=3, padding="same")),
+    ("conv", dict(filters=4, kernel_size=3, strides=2, padding="same", activation="relu")),
+    ("conv", dict(filters=4, kernel_size=(1, 3), strides=(2, 1), padding="valid", use_bias=False)),
+    ("conv", dict(filters=6, kernel_size=3, dilation_rate=2, padding="same", groups=3)),
+    ("conv", dict(filters=3, kernel_size=1, padding="valid")),
+    ("depthwise", dict(kernel_size=3, padding="same", depth_multiplier=2)),
+    ("depthwise", dict(kernel_size=3, strides=2, padding="same", activation="relu6")),
+    ("pool", dict(pool_size=2)), ("pool", dict(pool_size=3, strides=2))])
+def test_channels_last_shortcut_is_keras_own_computation(kind, kwargs):
+    """On Keras' torch backend hwquant runs quantized convolutions (and a trainable model's max pooling) on the
+    NHWC tensor's channels-last view instead of Keras' layout copies: bitwise Keras' outputs and gradients."""
+    import types
+
+    import torch
+
+    from hwquant.keras import torch_layers
+    make = {"conv": keras.layers.Conv2D, "depthwise": keras.layers.DepthwiseConv2D, "pool": keras.layers.MaxPooling2D}
+    layer = make[kind](**kwargs)
+    x = torch.as_tensor(np.random.default_rng(0).normal(size=(2, 9, 11, 6)).astype(np.float32))
+    layer.build(tuple(x.shape))
+    if kind == "pool":
+        x = torch.round(x * 4) / 4  # (ties inside a window)
+        fast = types.MethodType(torch_layers._max_pooling_call, layer)
+    else:
+        assert torch_layers.handles(layer, x)
+        fast = lambda inputs: torch_layers.call(layer, inputs)  # noqa: E731
+    results = []
+    for run in (layer, fast):
+        xi = x.clone().requires_grad_(True)
+        y = run(xi)
+        weights = [w.value for w in layer.trainable_weights]
+        grads = torch.autograd.grad((y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum(), [xi, *weights])
+        results.append([y.detach(), *grads])
+    for a, b in zip(*results):
+        assert a.shape == b.shape and torch.equal(a, b)

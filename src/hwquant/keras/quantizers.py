@@ -263,18 +263,21 @@ class KerasQuantizationWrapper(keras.layers.Wrapper):
     def call(self, inputs, *args, training=None, **kwargs):
         trainable = self._trainable_quantizers()
         if not trainable and self.weights_quantizers:
-            return self.layer(inputs, *args, **kwargs)
+            return self._call_layer(inputs, args, kwargs)
         # trainable (or a float layer wrapped for training: GPTQ's teacher): the layer may be differentiated
         weights = self._layer_weights()
         quantized = [(weights[attr], q(weights[attr], training=training)) for attr, q in trainable.items()]
         with keras.StatelessScope(state_mapping=quantized):
             if strided_pointwise_on_torch(self.layer):
                 return _subsampled_pointwise(self.layer, inputs)
-            if keras.backend.backend() == "torch" and not args and not kwargs:
-                from hwquant.keras.trainable import torch_layers  # (Keras' convolution without its layout copies)
-                if torch_layers.handles(self.layer, inputs):
-                    return torch_layers.call(self.layer, inputs)
-            return self.layer(inputs, *args, **kwargs)
+            return self._call_layer(inputs, args, kwargs)
+
+    def _call_layer(self, inputs, args, kwargs):
+        if keras.backend.backend() == "torch" and not args and not kwargs:
+            from hwquant.keras import torch_layers  # (Keras' convolution without its layout copies)
+            if torch_layers.handles(self.layer, inputs):
+                return torch_layers.call(self.layer, inputs)
+        return self.layer(inputs, *args, **kwargs)
 
     def compute_output_shape(self, input_shape):
         return self.layer.compute_output_shape(input_shape)

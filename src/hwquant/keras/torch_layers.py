@@ -1,4 +1,4 @@
-"""A trainable model's convolutions and max pooling on Keras' torch backend, without Keras' layout copies.
+"""A quantized model's convolutions and a trainable model's max pooling on Keras' torch backend, without Keras' layout copies.
 
 Keras' torch convolution copies its NHWC input into NCHW (``permute(...).contiguous()``) and then back into
 channels-last memory (``contiguous(memory_format=channels_last)``), which is the memory the NHWC input
@@ -9,7 +9,8 @@ tensor is handed to torch as its channels-last NCHW view: the same convolution /
 memory (bitwise Keras' outputs and gradients, ties in a pooling window included), an NHWC output and an
 input gradient that need no copy either. Everything else is the layer's own (bias added in NHWC, activation).
 
-- :func:`handles` / :func:`call`: a trainable wrapper's Conv2D / DepthwiseConv2D (keras/quantizers.py);
+- :func:`handles` / :func:`call`: a quantization wrapper's Conv2D / DepthwiseConv2D (keras/quantizers.py), in
+  training and in inference;
 - :func:`speed_up_max_pooling`: the MaxPooling2D layers of a model built for training (keras/trainable/model.py).
 """
 from __future__ import annotations
