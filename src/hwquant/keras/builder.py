@@ -82,4 +82,8 @@ def build_model(graph: Graph, extra_outputs: Sequence[str] = (), blocks: Optiona
     outputs = map_structure(graph.outputs, lambda name: tensors[name])
     if extra_outputs:
         outputs = (outputs, [(unquantized if extra_outputs_unquantized else tensors)[n] for n in extra_outputs])
-    return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=graph.name)
+    model = keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=graph.name)
+    if keras.backend.backend() == "torch":  # (convolutions and pooling without Keras' layout copies)
+        from hwquant.keras import torch_layers
+        torch_layers.speed_up(model)
+    return model

@@ -11,7 +11,8 @@ input gradient that need no copy either. Everything else is the layer's own (bia
 
 - :func:`handles` / :func:`call`: a quantization wrapper's Conv2D / DepthwiseConv2D (keras/quantizers.py), in
   training and in inference;
-- :func:`speed_up_max_pooling`: the MaxPooling2D layers of a model built for training (keras/trainable/model.py).
+- :func:`speed_up`: the plain Conv2D, DepthwiseConv2D and MaxPooling2D layers of every model hwquant builds
+  (keras/builder.py).
 """
 from __future__ import annotations
 
@@ -81,9 +82,17 @@ def _max_pooling_call(self: Any, inputs: Any) -> Any:
                         padding=0).permute(0, 2, 3, 1)
 
 
-def speed_up_max_pooling(model: Any) -> None:
-    """Give each plain Keras MaxPooling2D layer of ``model`` the channels-last pooling (on this instance: its
-    class, config and serialization stay Keras' own; a model saved and loaded again pools as Keras does)."""
+def _convolution_call(self: Any, inputs: Any) -> Any:
+    """Conv2D / DepthwiseConv2D.call: :func:`call` where it :func:`handles` the input, Keras' own call otherwise."""
+    return call(self, inputs) if handles(self, inputs) else type(self).call(self, inputs)
+
+
+def speed_up(model: Any) -> None:
+    """Give each plain Keras Conv2D, DepthwiseConv2D and MaxPooling2D layer of a model hwquant built the
+    channels-last computation (on the instance: its class, config and serialization stay Keras' own; a model
+    saved and loaded again, or cloned, computes as Keras does, with the same values)."""
     for layer in model._flatten_layers(include_self=False):
         if type(layer) is keras.layers.MaxPooling2D:
             layer.call = types.MethodType(_max_pooling_call, layer)
+        elif type(layer) in (keras.layers.Conv2D, keras.layers.DepthwiseConv2D):
+            layer.call = types.MethodType(_convolution_call, layer)

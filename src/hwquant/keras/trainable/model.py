@@ -53,14 +53,8 @@ class TrainableBlocks(QuantizationBlocks):
 
 
 def build_trainable_model(graph: Graph, blocks: TrainableBlocks, extra_outputs: Sequence[str] = ()) -> Any:
-    """The trainable functional model of a quantized graph (every layer weight trainable). On Keras' torch
-    backend its max pooling runs on the channels-last view (keras/torch_layers.py: the same values
-    and gradients, without Keras' layout copies)."""
-    model = build_model(graph, extra_outputs, blocks=blocks)
-    if keras.backend.backend() == "torch":
-        from hwquant.keras import torch_layers
-        torch_layers.speed_up_max_pooling(model)
-    return model
+    """The trainable functional model of a quantized graph (every layer weight trainable)."""
+    return build_model(graph, extra_outputs, blocks=blocks)
 
 
 def trainable_quantizers(model: Any) -> List[Tuple[Any, Optional[str], BaseKerasTrainableQuantizer]]:
