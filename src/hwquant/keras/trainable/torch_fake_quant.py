@@ -17,6 +17,8 @@ from typing import Any, Optional, Tuple
 
 import torch
 
+from hwquant.core.numerics import quant_math
+
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -29,10 +31,8 @@ def _view(p: torch.Tensor, x: torch.Tensor, axis: Optional[int]) -> torch.Tensor
 
 
 def _sum_to(t: torch.Tensor, like: torch.Tensor, axis: Optional[int]) -> torch.Tensor:
-    """A gradient of x's shape summed down to a parameter's shape (quant_math's sum_to)."""
-    if like.numel() == 1 or axis is None:
-        return t.sum().reshape(like.shape)
-    return t.sum(dim=[d for d in range(t.dim()) if d != axis % t.dim()]).reshape(like.shape)
+    """A gradient of x's shape summed down to a parameter's shape (the registered namespace's sum_to)."""
+    return quant_math.namespace_of(t).sum_to(t, like, axis)
 
 
 def _forward(x: torch.Tensor, scale: torch.Tensor, zero_point: Optional[torch.Tensor], qmin: int, qmax: int,
