@@ -77,28 +77,38 @@ def _bits(info) -> dict:
     return {name: [a, dict(w)] for name, (a, w) in sorted((info.mixed_precision_bit_widths or {}).items())}
 
 
-# ---- Keras (either backend: no torch import here, the TensorFlow venv has none) --------------------------
-def keras_runs(model, calib, evaluation, images: int, repeats: int) -> list:
-    """Both weightings on `model`: per weighting the times, reached / full weights memory, the quantized
-    logits on `evaluation` and the chosen bit widths."""
-    import numpy as np
-
+def _runs(resource_data, quantize, predict, calib, images: int, repeats: int, around=contextlib.nullcontext) -> list:
+    """Both weightings by one framework's facades (`resource_data`, `quantize`) on `calib`, each call inside
+    `around()`: per weighting the times, reached / full weights memory, `predict(quantized model)`'s logits and the
+    chosen bit widths."""
     import hwquant as mct
 
     gen = lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32))
-    full = mct.core.keras_resource_utilization_data(model, gen)
+    full = resource_data(gen)
     target = mct.core.ResourceUtilization(weights_memory=RATIO * full.weights_memory)
     out = []
     for _, hessian in WEIGHTINGS:
         mp = mct.core.MixedPrecisionQuantizationConfig(use_hessian_based_scores=hessian, num_of_images=images)
-        run = _fastest(functools.partial(mct.ptq.keras_post_training_quantization, model, gen, target_resource_utilization=target,
-                                         core_config=mct.core.CoreConfig(mixed_precision_config=mp)), repeats)
-        logits = np.concatenate([np.asarray(run["model"].predict_on_batch(evaluation[i:i + 64]))
-                                 for i in range(0, len(evaluation), 64)])
-        out.append({"seconds": run["seconds"], "sensitivity": run["sensitivity"], "logits": logits,
+        with around():
+            run = _fastest(functools.partial(quantize, gen, target_resource_utilization=target,
+                                             core_config=mct.core.CoreConfig(mixed_precision_config=mp)), repeats)
+        out.append({"seconds": run["seconds"], "sensitivity": run["sensitivity"], "logits": predict(run["model"]),
                     "reached": run["info"].final_resource_utilization.weights_memory / full.weights_memory,
                     "bits": _bits(run["info"])})
     return out
+
+
+# ---- Keras (either backend: no torch import here, the TensorFlow venv has none) --------------------------
+def keras_runs(model, calib, evaluation, images: int, repeats: int) -> list:
+    """Both weightings on the Keras `model` (`_runs`), logits on `evaluation`."""
+    import numpy as np
+
+    import hwquant as mct
+
+    predict = lambda q: np.concatenate([np.asarray(q.predict_on_batch(evaluation[i:i + 64]))  # noqa: E731
+                                        for i in range(0, len(evaluation), 64)])
+    return _runs(functools.partial(mct.core.keras_resource_utilization_data, model),
+                 functools.partial(mct.ptq.keras_post_training_quantization, model), predict, calib, images, repeats)
 
 
 def worker(data: str, out: str, images: int, repeats: int, threads: int) -> None:
@@ -162,26 +172,17 @@ def _measured_in_pytorch(on: bool):
 
 
 def torch_runs(model, calib, evaluation, images: int, repeats: int, measured: bool) -> list:
+    """Both weightings on the PyTorch `model` (`_runs`; `measured`: its probe estimate off), logits on `evaluation`."""
     import torch
 
     import hwquant as mct
 
-    gen = lambda: ([calib[i:i + 32]] for i in range(0, len(calib), 32))
-    full = mct.core.pytorch_resource_utilization_data(model, gen)
-    target = mct.core.ResourceUtilization(weights_memory=RATIO * full.weights_memory)
-    out = []
-    for _, hessian in WEIGHTINGS:
-        mp = mct.core.MixedPrecisionQuantizationConfig(use_hessian_based_scores=hessian, num_of_images=images)
-        with _measured_in_pytorch(measured):
-            run = _fastest(functools.partial(mct.ptq.pytorch_post_training_quantization, model, gen,
-                                             target_resource_utilization=target,
-                                             core_config=mct.core.CoreConfig(mixed_precision_config=mp)), repeats)
+    def predict(q):
         with torch.no_grad():
-            logits = torch.cat([run["model"](evaluation[i:i + 64]) for i in range(0, len(evaluation), 64)]).numpy()
-        out.append({"seconds": run["seconds"], "sensitivity": run["sensitivity"], "logits": logits,
-                    "reached": run["info"].final_resource_utilization.weights_memory / full.weights_memory,
-                    "bits": _bits(run["info"])})
-    return out
+            return torch.cat([q(evaluation[i:i + 64]) for i in range(0, len(evaluation), 64)]).numpy()
+    return _runs(functools.partial(mct.core.pytorch_resource_utilization_data, model),
+                 functools.partial(mct.ptq.pytorch_post_training_quantization, model), predict, calib, images, repeats,
+                 functools.partial(_measured_in_pytorch, measured))
 
 
 def main() -> None:
