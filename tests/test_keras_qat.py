@@ -84,11 +84,17 @@ def test_starts_on_the_ptq_grid_converts_bitwise_and_round_trips(target, method,
     assert np.isfinite(y0).all() and len(np.unique(y0)) > 10
     for v in q.quantization_parameters():  # move the learned parameters off their start
         v.assign(numpy(v) * 1.37 + 0.11)
-    y = numpy(q(x))
+    y = numpy(q(x, training=False))
     inferable = q.convert_to_inferable_quantizers()
     assert isinstance(inferable, KerasInferableQuantizer)
     np.testing.assert_array_equal(numpy(inferable(x)), y)
-    np.testing.assert_array_equal(numpy(q(x, training=False)), y)
+    trained = numpy(q(x))  # the training step's forward pass
+    if BACKEND == "tensorflow" and method != QM.UNIFORM and training == "STE":
+        # TensorFlow's fused fake quantization rebuilds the grid from its ends: within a float32 rounding of
+        # the step, a few float32 ulps (exactly the grid for a power-of-two threshold: no ties in these samples)
+        np.testing.assert_allclose(trained, y, rtol=0, atol=np.abs(y).max() * 1e-6 if method == QM.SYMMETRIC else 0)
+    else:
+        np.testing.assert_array_equal(trained, y)
     # get_config / from_config: plain JSON data, the same quantizer again (variables restored with the layer)
     config = keras.saving.serialize_keras_object(q)
     again = keras.saving.deserialize_keras_object(config)
@@ -96,12 +102,16 @@ def test_starts_on_the_ptq_grid_converts_bitwise_and_round_trips(target, method,
     again.initialize_quantization((4, 5, 3), "w", layers.Layer(name="other"))
     for a, b in zip(again.quantization_parameters(), q.quantization_parameters()):
         a.assign(numpy(b))
-    np.testing.assert_array_equal(numpy(again(x)), y)
+    np.testing.assert_array_equal(numpy(again(x, training=False)), y)
 
 
 def test_defaults_frozen_overrides_and_variable_groups():
     q, owner = make("weights", QM.SYMMETRIC, "STE")  # STE weights keep the PTQ threshold, as MCT
     assert q.get_trainable_variables(VariableGroup.QPARAMS) == [] and not owner.trainable_weights
+    q, owner = make("activation", QM.POWER_OF_TWO, "STE")  # STE activations too, as MCT's Keras QAT
+    assert q.get_trainable_variables(VariableGroup.QPARAMS) == [] and not owner.trainable_weights
+    q, owner = make("activation", QM.POWER_OF_TWO, "STE", freeze_quant_params=False)
+    assert len(q.get_trainable_variables(VariableGroup.QPARAMS)) == 1 and len(owner.trainable_weights) == 1
     q, owner = make("activation", QM.UNIFORM, "LSQ")
     assert len(q.get_trainable_variables(VariableGroup.QPARAMS)) == 2 and len(owner.trainable_weights) == 2
     q, owner = make("activation", QM.UNIFORM, "LSQ", freeze_quant_params=True)
@@ -111,7 +121,8 @@ def test_defaults_frozen_overrides_and_variable_groups():
 
 
 def test_power_of_two_threshold_learns_through_its_rounding():
-    q = kq.STESymmetricActivationTrainableQuantizer(acfg(QM.POWER_OF_TWO, params={"threshold": 3.0, "is_signed": True}))
+    q = kq.STESymmetricActivationTrainableQuantizer(acfg(QM.POWER_OF_TWO, params={"threshold": 3.0, "is_signed": True}),
+                                                    freeze_quant_params=False)
     owner = layers.Layer()
     q.initialize_quantization((3,), "", owner)
     (t,) = q.quantization_parameters()
@@ -211,7 +222,11 @@ def test_init_gives_the_ptq_model_and_trainable_quantizers(data, qat_model):
     assert all(isinstance(w.weights_quantizers["kernel"], kq.STESymmetricWeightsTrainableQuantizer) for w in wrappers)
     assert all(isinstance(h.activation_holder_quantizer, kq.STESymmetricActivationTrainableQuantizer) for h in holders)
     names = {v.path for v in model.trainable_variables}
-    assert "quant_fc/fc/kernel" in names and "r1_activation_holder_quantizer/threshold" in names
+    assert "quant_fc/fc/kernel" in names and "r1_activation_holder_quantizer/threshold" not in names  # (as MCT)
+    assert "r1_activation_holder_quantizer/threshold" in {v.path for v in model.non_trainable_variables}
+    learned, _, _ = QAT_INIT(_net(), gen_of(data[0]), qat_config=mct.qat.QATConfig(
+        activation_quantizer_params_override={"freeze_quant_params": False}))
+    assert "r1_activation_holder_quantizer/threshold" in {v.path for v in learned.trainable_variables}
     assert info is not None and "STESymmetricWeightsTrainableQuantizer" in custom_objects
 
 
@@ -492,3 +507,47 @@ def test_torch_symmetric_grid_is_the_generic_grid(target, method):
         (a,) = torch.autograd.grad((generic.scale * weights).sum(), [t.value])
         (b,) = torch.autograd.grad((fast.scale * weights).sum(), [t.value])
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="TensorFlow's fused operations")
+@pytest.mark.parametrize("method", [QM.POWER_OF_TWO, QM.SYMMETRIC])
+@pytest.mark.parametrize("axis,signed", [(None, True), (None, False), (-1, True), (1, True)])
+def test_tensorflow_trains_with_the_fused_fake_quantization(method, axis, signed):
+    """On TensorFlow a symmetric / power-of-two STE quantizer trains through TensorFlow's fused fake-quantization
+    operations (per tensor; per channel along the last axis or another, transposed): the grid of quant_math (a
+    power-of-two one exactly), the input's gradient on [min, max], the learned threshold's from the values outside
+    (straight through its power-of-two rounding, none below min_threshold); powers of two rounded up exactly."""
+    import tensorflow as tf
+
+    from hwquant.core.numerics import quant_math
+    from hwquant.keras.trainable import tf_fake_quant
+    rng = np.random.default_rng(3)
+    ceilings = np.array([2.0 ** -17, 0.5, 0.5000001, 0.75, 1.0, 3.0], "float32")
+    np.testing.assert_array_equal(tf_fake_quant.power_of_two_ceil(tf.constant(ceilings)).numpy(),
+                                  quant_math.power_of_two_threshold(ceilings.astype(np.float64), 2.0 ** -20))
+    x = tf.constant(rng.normal(scale=2.0, size=(6, 5, 4)).astype("float32"))
+    g = tf.constant(rng.normal(size=(6, 5, 4)).astype("float32"))
+    channels = 1 if axis is None else x.shape[axis]
+    values = rng.uniform(1.5, 5.0, channels).astype("float32")
+    if channels > 1:
+        values[0] = 1e-9  # below min_threshold: no gradient
+    threshold = tf.Variable(values.reshape(() if axis is None else (-1,)) if channels > 1 else values[0])
+    power_of_two, bits, steps = method == QM.POWER_OF_TWO, 4, 2.0 ** (3 if signed else 4)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf_fake_quant.symmetric_fake_quantize(x, threshold, 2.0 ** -16, power_of_two, bits, signed, axis)
+    gx, gt = tape.gradient(y, [x, threshold], output_gradients=g)
+    t = np.maximum(values, 2.0 ** -16)
+    t = quant_math.power_of_two_threshold(t.astype(np.float64), 2.0 ** -16) if power_of_two else t
+    view = [-1 if d == (axis or 0) % 3 else 1 for d in range(3)] if axis is not None else []
+    s = np.asarray(t / steps, "float32").reshape(view)
+    qmin, qmax = (-steps if signed else 0), steps - 1
+    want = np.clip(np.round(x.numpy() / s), qmin, qmax) * s
+    np.testing.assert_allclose(y.numpy(), want, rtol=0, atol=0 if power_of_two else float(s.max()) * 1e-5)
+    low, high = qmin * s, qmax * s
+    inside = (x.numpy() >= low) & (x.numpy() <= high)
+    np.testing.assert_array_equal(gx.numpy(), np.where(inside, g.numpy(), 0))
+    reduce = tuple(d for d in range(3) if axis is None or d != axis % 3)
+    expected = ((g.numpy() * (x.numpy() < low)).sum(reduce) * qmin + (g.numpy() * (x.numpy() > high)).sum(reduce) * qmax) / steps
+    expected = np.where(values >= 2.0 ** -16, expected, 0).reshape(np.shape(threshold.numpy()))
+    np.testing.assert_allclose(gt.numpy(), expected, rtol=1e-5, atol=1e-5)

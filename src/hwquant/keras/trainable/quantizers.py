@@ -3,10 +3,16 @@ trained with STE or LSQ (``TrainingMethod``), the twins of torch/trainable/quant
 is written once (trainable_infrastructure/quantizer_spec.py), the gradients too
 (``quant_math.affine_fake_quantize_gradients``); here they are wrapped in one torch autograd Function on
 Keras' torch backend (keras/trainable/torch_fake_quant.py: that backend runs the step eagerly, so each
-operation counts) and in ``keras.ops.custom_gradient`` on the others (TensorFlow traces the step).
+operation counts) and in ``keras.ops.custom_gradient`` on the others. On TensorFlow a symmetric /
+power-of-two STE quantizer trains through TensorFlow's fused fake-quantization operations instead, as MCT's
+Keras quantizers do (keras/trainable/tf_fake_quant.py: one pass each way where keras.ops take a dozen);
+inference (``training=False``) and the finalized model keep quant_math's arithmetic.
 
-Defaults, as in MCT: STE weight quantizers keep the PTQ parameters fixed (the weights learn); STE
-activation quantizers and every LSQ quantizer learn theirs (``freeze_quant_params`` overrides).
+Defaults, as in MCT's Keras QAT: STE quantizers keep the PTQ parameters fixed (the weights learn; a learned
+activation threshold costs every step its gradient and its optimizer update, and did not help accuracy in
+the QAT benchmark), every LSQ quantizer learns them (``freeze_quant_params`` overrides either way, e.g.
+``QATConfig(activation_quantizer_params_override={"freeze_quant_params": False})``). hwquant's PyTorch STE
+activation quantizers learn their thresholds, as MCT's PyTorch ones.
 """
 from __future__ import annotations
 
@@ -82,6 +88,14 @@ class TrainableAffineQuantizer(BaseKerasTrainableQuantizer):
         return self.grid_of(self._variables)
 
     def __call__(self, inputs: Any, training: Any = True) -> Any:
+        if training is True and self.symmetric and not self.learn_rounding and keras.backend.backend() == "tensorflow":
+            from hwquant.keras.trainable import tf_fake_quant
+
+            if tf_fake_quant.takes(inputs, self.num_bits):  # (TensorFlow's fused operations, as MCT trains)
+                self._check_initialized()
+                return tf_fake_quant.symmetric_fake_quantize(
+                    inputs, self._variables[THRESHOLD], self.min_threshold, self.method == QuantizationMethod.POWER_OF_TWO,
+                    self.num_bits, self.signed, self.channel_axis)
         if self.symmetric and keras.backend.backend() == "torch":
             grid = self._torch_symmetric_grid()
         else:
@@ -111,7 +125,7 @@ def _registered(name: str, target: QuantizationTarget, methods: list, training: 
     """The registered (and Keras-serializable) quantizer class ``name``, with the defaults of the module docstring."""
     weights = target == QuantizationTarget.Weights
     base = BaseKerasWeightTrainableQuantizer if weights else BaseKerasActivationTrainableQuantizer
-    attributes = {"__module__": __name__, "freeze_by_default": weights and training == TrainingMethod.STE,
+    attributes = {"__module__": __name__, "freeze_by_default": training == TrainingMethod.STE,
                   "learn_rounding": training == TrainingMethod.LSQ}
     cls = mark_quantizer(target, methods, training)(type(name, (TrainableAffineQuantizer, base), attributes))
     return keras.saving.register_keras_serializable(_PACKAGE)(cls)
