@@ -1,21 +1,23 @@
 """Ultralytics' own IMX500 export, `YOLO(...).export(format="imx")`, run unchanged with hwquant or with MCT.
 
-    .venv-yolo/bin/python benchmarks/ultralytics_imx.py --toolkit hwquant --model yolov8n --work DIR --out result.json
-    .venv-mct/bin/python benchmarks/ultralytics_imx.py --toolkit mct --model yolov8n --work DIR --out result.json
+    .venv-yolo/bin/python benchmarks/ultralytics_imx.py --toolkit hwquant --model yolov8n --task pose --work DIR --out result.json
+    .venv-mct/bin/python benchmarks/ultralytics_imx.py --toolkit mct --model yolov8n --task pose --work DIR --out result.json
 
 Ultralytics' code is not edited: with `--toolkit hwquant` the process enables hwquant.mct_alias, so the
 `import model_compression_toolkit` of ultralytics/utils/export/imx.py and edge-mdt-tpc gives hwquant; with
 `--toolkit mct` it is the real MCT of the virtualenv. Offline: the network is built from Ultralytics' yaml
 (seeded random weights), its batch-norm statistics re-estimated on real photographs (so the layers compute
-something with real ranges) and its classification logits spread as a trained head's, and the calibration data is a
-local dataset folder of real photographs with
-empty label files (Ultralytics' calibration loader: letterbox to 640, /255). Sony's converter (imxconv-pt)
-is found on PATH, as Ultralytics looks for it.
+something with real ranges) and its class logits spread as a trained head's (a detector's: most anchors near
+zero, a tail of confident ones; a classifier's: a peaked softmax), and the calibration data is a local dataset
+folder of real photographs (detect / segment / pose: empty label files, Ultralytics' loader letterboxes to 640 and
+divides by 255; classify: one class folder, resized and center-cropped to 224). Sony's converter (imxconv-pt) is
+found on PATH, as Ultralytics looks for it.
 
 Measured, beside the export (which is not changed): the PTQ call's wall time and peak resident memory
 (the facade is wrapped to time it and keep its model), the whole export's wall time and the process's peak
-memory, output SQNR of boxes and scores against the float model on held-out photographs (scores also over the
-entries whose float score is at least 0.05: the candidates a detector keeps), in PyTorch and
+memory, output SQNR of every output against the float model on held-out photographs (boxes, scores, keypoints,
+mask coefficients, mask prototypes, class probabilities; scores also over the entries whose float score is at
+least 0.05: the candidates a detector keeps), in PyTorch and
 through an ONNX file (the quantized model without the NMS layer, exported by the toolkit's own exporter and
 run by ONNX Runtime with mct-quantizers' operators), the converter's verdict and its memory report.
 """
@@ -35,7 +37,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-N_CALIB, IMGSZ = 32, 640
+N_CALIB = 32
+IMGSZ = {"detect": 640, "segment": 640, "pose": 640, "classify": 224}  # Ultralytics' defaults per task
+YAML_SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "classify": "-cls"}
+OUTPUTS = {"detect": ("boxes", "scores"), "segment": ("boxes", "scores", "mask_coefficients", "mask_prototypes"),
+           "pose": ("boxes", "scores", "keypoints"), "classify": ("probabilities",)}
 SCORE_FLOOR = 0.05  # scores SQNR is also given over the float scores at or above this
 
 
@@ -96,7 +102,7 @@ def _photos(seed: int = 0):
     return images[:N_CALIB], images[N_CALIB:]
 
 
-def _dataset(work: Path, photos) -> Path:
+def _dataset(work: Path, photos, task: str = "detect") -> Path:
     """A YOLO dataset folder of the calibration photographs with empty labels, and its yaml."""
     root = work / "calibration_data"
     (root / "images/val").mkdir(parents=True, exist_ok=True)
@@ -105,16 +111,45 @@ def _dataset(work: Path, photos) -> Path:
         img.convert("RGB").save(root / f"images/val/photo_{i:03d}.jpg", quality=95)
         (root / f"labels/val/photo_{i:03d}.txt").write_text("")
     yaml = work / "calibration_data.yaml"
-    names = "\n".join(f"  {i}: class{i}" for i in range(80))
-    yaml.write_text(f"path: {root}\ntrain: images/val\nval: images/val\nnames:\n{names}\n")
+    if task == "pose":  # (a pose dataset names its keypoints' layout: COCO's 17 keypoints of one class)
+        extra, names = "kpt_shape: [17, 3]\n", "  0: person"
+    else:
+        extra, names = "", "\n".join(f"  {i}: class{i}" for i in range(80))
+    yaml.write_text(f"path: {root}\ntrain: images/val\nval: images/val\n{extra}names:\n{names}\n")
     return yaml
 
 
-def _letterboxed(photos):
+def _class_folders(work: Path, photos) -> Path:
+    """An image-classification dataset folder (train / val, one class) of the calibration photographs."""
+    root = work / "calibration_classes"
+    for split in ("train", "val"):
+        (root / split / "class0").mkdir(parents=True, exist_ok=True)
+        for i, img in enumerate(photos):
+            img.convert("RGB").save(root / split / "class0" / f"photo_{i:03d}.jpg", quality=95)
+    return root
+
+
+def _center_cropped(photos, size):
+    """Ultralytics' classification preprocessing: the short side resized to the size, center-cropped, /255."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    h, w = size
+    arrays = []
+    for p in photos:
+        p = p.convert("RGB")
+        scale = max(h / p.height, w / p.width)
+        p = p.resize((round(p.width * scale), round(p.height * scale)), Image.BILINEAR)
+        left, top = (p.width - w) // 2, (p.height - h) // 2
+        arrays.append(np.asarray(p.crop((left, top, left + w, top + h))))
+    return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2).float() / 255.0
+
+
+def _letterboxed(photos, size):
     import numpy as np
     import torch
     from ultralytics.data.augment import LetterBox
-    box = LetterBox(new_shape=(IMGSZ, IMGSZ), auto=False, scaleup=True)
+    box = LetterBox(new_shape=tuple(size), auto=False, scaleup=True)
     arrays = [box(image=np.asarray(p.convert("RGB"))[..., ::-1].copy()) for p in photos]  # BGR, as cv2 reads
     x = torch.from_numpy(np.stack(arrays)[..., ::-1].copy()).permute(0, 3, 1, 2).float() / 255.0
     return x
@@ -156,6 +191,22 @@ def _detector_like_scores(model, x, spread: float = 2.0, bias: float = -5.0) -> 
             conv.bias.fill_(bias)
 
 
+def _classifier_like_logits(model, x, spread: float = 3.0) -> None:
+    """A seeded classification head gives nearly equal logits, so its softmax is flat (every probability about
+    1/1000) and quantizes to nothing. Scale its last linear layer so the logits spread by `spread`, as a trained
+    ImageNet classifier's do: a peaked softmax, the top class usually well above the rest."""
+    import torch
+    linear = model.model[-1].linear
+    seen = []
+    hook = linear.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        model(x)
+    hook.remove()
+    with torch.no_grad():
+        linear.weight.mul_(spread / float((seen[0] - linear.bias).std()))
+        linear.bias.zero_()
+
+
 class _PeakMemory:
     """Peak resident memory of this process while the block runs (sampled every 20 ms)."""
 
@@ -185,18 +236,24 @@ def _sqnr(ref, out) -> float:
     return float("inf") if noise == 0 else float(10 * np.log10((ref ** 2).sum() / noise))
 
 
-def _outputs(model, x):
+def _as_list(out):
     import torch
-    boxes, scores = [], []
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def _outputs(model, x, n: int):
+    """The model's first n outputs over x (in chunks), as numpy arrays."""
+    import torch
+    chunks = []
     with torch.no_grad():
         for chunk in x.split(4):
-            b, s = model(chunk)[:2]
-            boxes.append(b)
-            scores.append(s)
-    return torch.cat(boxes).numpy(), torch.cat(scores).numpy()
+            chunks.append(_as_list(model(chunk))[:n])
+    return [torch.cat([c[i] for c in chunks]).numpy() for i in range(n)]
 
 
-def _onnx_outputs(mct, quantized, calib_x, x, path: Path, toolkit: str):
+def _onnx_outputs(mct, quantized, calib_x, x, path: Path, n: int):
     """The quantized model (no NMS layer) exported by the toolkit's own exporter and run by ONNX Runtime."""
     import mct_quantizers
     import numpy as np
@@ -211,18 +268,18 @@ def _onnx_outputs(mct, quantized, calib_x, x, path: Path, toolkit: str):
     options.enable_mem_reuse = False  # as Ultralytics runs these files: ORT's buffer reuse fails on them
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
-    boxes, scores = [], []
-    for i in range(len(x)):  # MCT's file has a fixed batch of 1
-        b, s = session.run(None, {name: x[i:i + 1].numpy()})[:2]
-        boxes.append(b)
-        scores.append(s)
-    return np.concatenate(boxes), np.concatenate(scores)
+    rows = [session.run(None, {name: x[i:i + 1].numpy()})[:n] for i in range(len(x))]  # MCT's file: batch of 1
+    return [np.concatenate([r[i] for r in rows]) for i in range(n)]
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--toolkit", choices=["hwquant", "mct"], required=True)
     p.add_argument("--model", default="yolov8n", help="an Ultralytics model yaml name: yolov8n, yolo11n")
+    p.add_argument("--task", choices=list(IMGSZ), default="detect")
+    p.add_argument("--imgsz", type=int, nargs="+", help="the export's input size: one number or height width "
+                   "(default: Ultralytics' for the task)")
+    p.add_argument("--gptq", action="store_true", help="Ultralytics' GPTQ export (torch2imx(gptq=True))")
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
@@ -239,35 +296,49 @@ def main(argv=None) -> None:
     from ultralytics import YOLO
 
     torch.manual_seed(0)
+    size = args.imgsz or [IMGSZ[args.task]]
+    size = size * 2 if len(size) == 1 else size[:2]
     calib, held_out = _photos()
-    yaml = _dataset(work, calib)
-    yolo = YOLO(f"{args.model}.yaml")
-    calib_x, eval_x = _letterboxed(calib), _letterboxed(held_out)
+    classify = args.task == "classify"
+    data = _class_folders(work, calib) if classify else _dataset(work, calib, args.task)
+    yolo = YOLO(f"{args.model}{YAML_SUFFIX[args.task]}.yaml")
+    prepare = _center_cropped if classify else _letterboxed
+    calib_x, eval_x = prepare(calib, size), prepare(held_out, size)
     _reestimate_batch_norm(yolo.model, torch.cat([calib_x, calib_x.flip(-1)]))
-    _detector_like_scores(yolo.model, calib_x[:8])
+    if classify:
+        _classifier_like_logits(yolo.model, calib_x[:8])
+    else:
+        _detector_like_scores(yolo.model, calib_x[:8])
 
     seen = {}
-    ptq = mct.ptq.pytorch_post_training_quantization
+    facade = "gptq.pytorch_gradient_post_training_quantization" if args.gptq else "ptq.pytorch_post_training_quantization"
+    module, name = facade.split(".")
+    original = getattr(getattr(mct, module), name)
 
-    def timed_ptq(*a, **kw):  # the facade Ultralytics calls, timed; its models kept for the figures
+    def timed(*a, **kw):  # the facade Ultralytics calls, timed; its models kept for the figures
         with _PeakMemory() as mem:
             t = time.perf_counter()
-            result = ptq(*a, **kw)
+            result = original(*a, **kw)
             seen["ptq_s"] = time.perf_counter() - t
         seen.update(ptq_peak_rss_mb=mem.peak / 2 ** 20, ptq_extra_rss_mb=(mem.peak - mem.start) / 2 ** 20,
-                    float_model=kw.get("in_module", a[0] if a else None), quantized=result[0])
+                    float_model=kw.get("model", kw.get("in_module", a[0] if a else None)), quantized=result[0])
         return result
-    mct.ptq.pytorch_post_training_quantization = timed_ptq
+    setattr(getattr(mct, module), name, timed)
+    if args.gptq:  # torch2imx's own gptq=True (Ultralytics' exporter does not pass it from the command line yet)
+        import functools
+
+        from ultralytics.utils.export import imx
+        imx.torch2imx = functools.partial(imx.torch2imx, gptq=True)
 
     t = time.perf_counter()
     error = None
     try:
-        exported = yolo.export(format="imx", data=str(yaml), imgsz=IMGSZ)
+        exported = yolo.export(format="imx", data=str(data), imgsz=size if size[0] != size[1] else size[0])
     except BaseException as e:  # the converter's refusal arrives as CalledProcessError
         exported, error = None, f"{type(e).__name__}: {e}"
     export_s = time.perf_counter() - t
-    result = {"toolkit": args.toolkit, "model": args.model, "toolkit_version": mct.__version__,
-              "export_s": export_s, "exported": exported, "error": error,
+    result = {"toolkit": args.toolkit, "model": args.model, "task": args.task, "imgsz": size, "gptq": args.gptq,
+              "toolkit_version": mct.__version__, "export_s": export_s, "exported": exported, "error": error,
               "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "converter_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
     result.update({k: v for k, v in seen.items() if k.endswith(("_s", "_mb"))})
@@ -281,17 +352,22 @@ def main(argv=None) -> None:
     else:
         result["converter"] = "refused or not reached"
     if "quantized" in seen:
-        float_model, quantized = seen["float_model"], seen["quantized"]
-        fb, fs = _outputs(float_model, eval_x)
-        qb, qs = _outputs(quantized, eval_x)
-        kept = fs >= SCORE_FLOOR  # the candidates a detector keeps; most of the 8400 x 80 scores are ~0
-        result.update(sqnr_boxes_db=_sqnr(fb, qb), sqnr_scores_db=_sqnr(fs, qs),
-                      sqnr_kept_scores_db=_sqnr(fs[kept], qs[kept]), n_kept_scores=int(kept.sum()),
-                      n_eval=len(eval_x))
+        names = OUTPUTS[args.task]
+        float_out = _outputs(seen["float_model"], eval_x, len(names))
+        quant_out = _outputs(seen["quantized"], eval_x, len(names))
+        result.update(n_eval=len(eval_x), **{f"sqnr_{k}_db": _sqnr(f, q) for k, f, q in zip(names, float_out, quant_out)})
+        kept = None
+        if "scores" in names:
+            fs, qs = float_out[1], quant_out[1]
+            kept = fs >= SCORE_FLOOR  # the candidates a detector keeps; most of the 8400 x 80 scores are ~0
+            result.update(sqnr_kept_scores_db=_sqnr(fs[kept], qs[kept]), n_kept_scores=int(kept.sum()))
+        if classify:
+            result["top1_agreement"] = float((float_out[0].argmax(1) == quant_out[0].argmax(1)).mean())
         try:
-            ob, os_ = _onnx_outputs(mct, quantized, calib_x, eval_x, work / "quantized_no_nms.onnx", args.toolkit)
-            result.update(onnx_sqnr_boxes_db=_sqnr(fb, ob), onnx_sqnr_scores_db=_sqnr(fs, os_),
-                          onnx_sqnr_kept_scores_db=_sqnr(fs[kept], os_[kept]))
+            onnx_out = _onnx_outputs(mct, seen["quantized"], calib_x, eval_x, work / "quantized_no_nms.onnx", len(names))
+            result.update({f"onnx_sqnr_{k}_db": _sqnr(f, o) for k, f, o in zip(names, float_out, onnx_out)})
+            if kept is not None:
+                result["onnx_sqnr_kept_scores_db"] = _sqnr(float_out[1][kept], onnx_out[1][kept])
         except Exception as e:  # noqa: BLE001 - reported in the figures
             result["onnx_error"] = f"{type(e).__name__}: {e}"[:500]
     args.out.write_text(json.dumps(result, indent=2, default=str))
