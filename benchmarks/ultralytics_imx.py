@@ -34,7 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(__file__).resolve()
+ROOT = SCRIPT.parents[1]
 sys.path.insert(0, str(ROOT))
 
 N_CALIB = 32
@@ -280,10 +281,14 @@ def main(argv=None) -> None:
     p.add_argument("--imgsz", type=int, nargs="+", help="the export's input size: one number or height width "
                    "(default: Ultralytics' for the task)")
     p.add_argument("--gptq", action="store_true", help="Ultralytics' GPTQ export (torch2imx(gptq=True))")
+    p.add_argument("--weights", type=Path, help="a trained Ultralytics checkpoint (.pt) to export instead of the "
+                   "seeded network of --model and --task (.cache/assets/yolo_weights: scripts/fetch_yolo_weights.sh)")
+    p.add_argument("--phase", choices=["prepare", "export"], default="export", help=argparse.SUPPRESS)
     p.add_argument("--work", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     work, args.out = args.work.resolve(), args.out.resolve()
+    args.weights = args.weights.resolve() if args.weights else None
     work.mkdir(parents=True, exist_ok=True)
     os.chdir(work)  # Ultralytics writes <model>_imx_model/ beside the model's name
     _offline_ultralytics(work)
@@ -295,20 +300,36 @@ def main(argv=None) -> None:
     import torch
     from ultralytics import YOLO
 
-    torch.manual_seed(0)
     size = args.imgsz or [IMGSZ[args.task]]
     size = size * 2 if len(size) == 1 else size[:2]
-    calib, held_out = _photos()
     classify = args.task == "classify"
-    data = _class_folders(work, calib) if classify else _dataset(work, calib, args.task)
-    yolo = YOLO(f"{args.model}{YAML_SUFFIX[args.task]}.yaml")
     prepare = _center_cropped if classify else _letterboxed
-    calib_x, eval_x = prepare(calib, size), prepare(held_out, size)
-    _reestimate_batch_norm(yolo.model, torch.cat([calib_x, calib_x.flip(-1)]))
-    if classify:
-        _classifier_like_logits(yolo.model, calib_x[:8])
+    weights = work / f"{args.model}{YAML_SUFFIX[args.task]}-prepared.pt"
+    if args.phase == "prepare":  # the network a user would hand over, written as Ultralytics' checkpoint
+        torch.manual_seed(0)
+        calib, _ = _photos()
+        yolo = YOLO(f"{args.model}{YAML_SUFFIX[args.task]}.yaml")
+        calib_x = prepare(calib, size)
+        _reestimate_batch_norm(yolo.model, torch.cat([calib_x, calib_x.flip(-1)]))
+        if classify:
+            _classifier_like_logits(yolo.model, calib_x[:8])
+        else:
+            _detector_like_scores(yolo.model, calib_x[:8])
+        yolo.save(weights)
+        return
+    # the export, in a process that has done nothing else (its peak memory is the user's export's): the prepared
+    # network is made in a process of its own first
+    import subprocess
+    if args.weights:  # (a copy in the work folder: Ultralytics writes its output beside the model's file)
+        weights = work / args.weights.name
+        shutil.copy(args.weights.resolve(), weights)
     else:
-        _detector_like_scores(yolo.model, calib_x[:8])
+        subprocess.run([sys.executable, str(SCRIPT), "--phase", "prepare", "--toolkit", args.toolkit, "--model", args.model,
+                        "--task", args.task, "--imgsz", *map(str, size), "--work", str(work), "--out", str(args.out)],
+                       check=True)
+    calib, held_out = _photos()
+    data = _class_folders(work, calib) if classify else _dataset(work, calib, args.task)
+    yolo = YOLO(str(weights))
 
     seen = {}
     facade = "gptq.pytorch_gradient_post_training_quantization" if args.gptq else "ptq.pytorch_post_training_quantization"
@@ -337,7 +358,8 @@ def main(argv=None) -> None:
     except BaseException as e:  # the converter's refusal arrives as CalledProcessError
         exported, error = None, f"{type(e).__name__}: {e}"
     export_s = time.perf_counter() - t
-    result = {"toolkit": args.toolkit, "model": args.model, "task": args.task, "imgsz": size, "gptq": args.gptq,
+    result = {"toolkit": args.toolkit, "model": args.model, "task": args.task,
+              "weights": str(args.weights) if args.weights else "seeded, heads spread", "imgsz": size, "gptq": args.gptq,
               "toolkit_version": mct.__version__, "export_s": export_s, "exported": exported, "error": error,
               "process_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
               "converter_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
@@ -352,6 +374,7 @@ def main(argv=None) -> None:
     else:
         result["converter"] = "refused or not reached"
     if "quantized" in seen:
+        calib_x, eval_x = prepare(calib, size), prepare(held_out, size)
         names = OUTPUTS[args.task]
         float_out = _outputs(seen["float_model"], eval_x, len(names))
         quant_out = _outputs(seen["quantized"], eval_x, len(names))
