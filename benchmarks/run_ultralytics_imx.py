@@ -51,7 +51,8 @@ def _name(model: str, task: str, toolkit: str, gptq: bool = False, trained: bool
 
 
 def run(model: str, task: str, toolkit: str, out_dir: Path, gptq: bool = False, trained: bool = False,
-        size=None) -> dict:
+        size=None) -> None:
+    """One export in its own process; its results land in out_dir/<name>.json (main reads the folder)."""
     name = _name(model, task, toolkit, gptq, trained, size)
     out = out_dir / f"{name}.json"
     env = {**os.environ, "PATH": f"{ROOT / '.venv-imx/bin'}:{os.environ['PATH']}"}
@@ -62,7 +63,10 @@ def run(model: str, task: str, toolkit: str, out_dir: Path, gptq: bool = False, 
                         *(["--imgsz", *map(str, size)] if size else []),
                         "--work", str(out_dir / name), "--out", str(out)],
                        env=env, stdout=log, stderr=subprocess.STDOUT, timeout=3600, check=False)
-    return json.loads(out.read_text()) if out.exists() else {"error": "no result (see the log)"}
+    if not out.exists():  # (a run that died before writing its figures still gets its row)
+        out.write_text(json.dumps({"model": model, "task": task, "toolkit": toolkit, "gptq": gptq,
+                                   "weights": str(TRAINED[model, task]) if trained else "seeded, heads spread",
+                                   "imgsz": list(size or []), "error": f"no result (see {name}.log)"}))
 
 
 def _memory(r: dict) -> str:
@@ -145,7 +149,8 @@ def main(argv=None) -> None:
         r = json.loads(path.read_text())
         if "model" in r and "toolkit" in r:
             trained = str(r.get("weights", "")).endswith(".pt")
-            size = "x".join(map(str, r.get("imgsz", []))) if r.get("imgsz", [0])[0] != r.get("imgsz", [0, 1])[-1] else ""
+            imgsz = r.get("imgsz") or []
+            size = "x".join(map(str, imgsz)) if len(set(imgsz)) > 1 else ""  # (non-square sizes only)
             results[(r["model"], r.get("task", "detect"), r["toolkit"], bool(r.get("gptq")), trained, size)] = r
     text = (f"`benchmarks/run_ultralytics_imx.py` ({platform.machine()}, {os.cpu_count()} cores, CPU): Ultralytics "
             "8.4.190's `YOLO(...).export(format=\"imx\")` unchanged (edge-mdt-tpc 1.3.0's IMX500 4.0 TPC, 16-bit "

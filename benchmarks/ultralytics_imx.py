@@ -322,7 +322,7 @@ def main(argv=None) -> None:
     import subprocess
     if args.weights:  # (a copy in the work folder: Ultralytics writes its output beside the model's file)
         weights = work / args.weights.name
-        shutil.copy(args.weights.resolve(), weights)
+        shutil.copy(args.weights, weights)
     else:
         subprocess.run([sys.executable, str(SCRIPT), "--phase", "prepare", "--toolkit", args.toolkit, "--model", args.model,
                         "--task", args.task, "--imgsz", *map(str, size), "--work", str(work), "--out", str(args.out)],

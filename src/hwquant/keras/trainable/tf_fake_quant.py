@@ -49,36 +49,35 @@ def symmetric_fake_quantize(x: Any, threshold: Any, min_threshold: float, power_
         t = tf.maximum(t, min_threshold)
         return power_of_two_ceil(t) if power_of_two else t
 
-    def fake_quantize(x, low, high):
-        # (the per-channel operation takes its channels last: MCT transposes a depthwise kernel the same way)
+    def channels_last(t):  # (the per-channel operation takes its channels last: MCT transposes a depthwise kernel
+        return t if perm is None else tf.transpose(t, perm)  # the same way; the swap is its own inverse)
+
+    def fake_quantize(x_last, low, high):  # on x with its channels last
         if not per_channel:
-            return tf.quantization.fake_quant_with_min_max_vars(x, low, high, num_bits=num_bits)
-        y = tf.quantization.fake_quant_with_min_max_vars_per_channel(x if perm is None else tf.transpose(x, perm),
-                                                                     low, high, num_bits=num_bits)
-        return y if perm is None else tf.transpose(y, perm)
+            return tf.quantization.fake_quant_with_min_max_vars(x_last, low, high, num_bits=num_bits)
+        return tf.quantization.fake_quant_with_min_max_vars_per_channel(x_last, low, high, num_bits=num_bits)
 
     shape = [-1] if per_channel else []
     if not getattr(threshold, "trainable", True):  # frozen: no gradient to compute, the ends from the variable
         t = grid_threshold(tf.reshape(tf.convert_to_tensor(threshold), shape))
-        return fake_quantize(x, t * low_per_unit, t * high_per_unit)
+        return channels_last(fake_quantize(channels_last(x), t * low_per_unit, t * high_per_unit))
 
     @tf.custom_gradient
     def learned(x, threshold):
         t = grid_threshold(threshold)
         low, high = t * low_per_unit, t * high_per_unit
-        y = fake_quantize(x, low, high)
+        x_last = channels_last(x)  # (kept for the backward pass: transposed once)
+        y = channels_last(fake_quantize(x_last, low, high))
 
         def gradients(g):
             # the input's gradient on [low, high]; the threshold's from the values outside (its ends move with it),
             # through the power-of-two rounding (straight through) and where it is above min_threshold
             gradient = (tf.raw_ops.FakeQuantWithMinMaxVarsGradient if not per_channel
                         else tf.raw_ops.FakeQuantWithMinMaxVarsPerChannelGradient)
-            transposed = perm is not None
-            gx, g_low, g_high = gradient(gradients=tf.transpose(g, perm) if transposed else g,
-                                         inputs=tf.transpose(x, perm) if transposed else x, min=low, max=high,
+            gx, g_low, g_high = gradient(gradients=channels_last(g), inputs=x_last, min=low, max=high,
                                          num_bits=num_bits)
             g_threshold = (g_low * low_per_unit + g_high * high_per_unit) * tf.cast(threshold >= min_threshold, g.dtype)
-            return (tf.transpose(gx, perm) if transposed else gx), g_threshold
+            return channels_last(gx), g_threshold
         return y, gradients
 
     return learned(x, tf.reshape(tf.convert_to_tensor(threshold), shape))
