@@ -279,3 +279,34 @@ def test_in_place_aliasing_is_kept_when_tensors_are_observed():
     observed = [n.name for n in graph if n.kind == NodeKind.MODULE]
     out, _ = build_module(graph, extra_outputs=observed)(x)  # the statistics model
     assert torch.allclose(out, model(x.clone()), atol=1e-6)
+
+
+class HeadComputedTwice(nn.Module):
+    """A head run twice, one result thrown away (as Ultralytics' pose and segmentation heads under its IMX
+    export), and a layer called for nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Conv2d(8, 4, 1)
+        self.unused = nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        kept = self.head(y)
+        _ = self.head(y) * 2, self.unused(y)
+        return kept
+
+
+def test_layers_no_output_reads_are_left_out(caplog):
+    model, x = HeadComputedTwice().eval(), torch.randn(2, 3, 8, 8)
+    with caplog.at_level("INFO", logger="hwquant"):
+        graph = capture(model, [x])
+    assert sorted(n.name for n in graph if n.kind == NodeKind.MODULE) == ["conv", "head"]
+    assert torch.allclose(build_module(graph)(x), model(x), atol=1e-6)
+    assert "2 layer call(s) whose results no output reads were left out" in caplog.text
+    assert "head" in caplog.text and "unused" in caplog.text
+    # the weights memory counts the head once, and not the unused layer
+    import hwquant as mct
+    ru = mct.core.pytorch_resource_utilization_data(model, lambda: iter([[x]]))
+    assert ru.weights_memory == pytest.approx(3 * 8 * 9 + 8 * 4)

@@ -65,6 +65,7 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device,
     hessian = (_hessian_traces(model, batches, points, outputs, observed)
                if cfg.distance_weighting_method == MpDistanceWeighting.HESSIAN else {})
     weights = point_weights(cfg, points, outputs, hessian)
+    candidates = _CandidateOutputs(configurable, device)
     scale = None  # the probes' scales come from the first batch's energies
     mine = my_share(collective, len(batches))
     if mine and mine[0] != 0:  # another rank probes the first batch: its energies are needed here too
@@ -72,7 +73,7 @@ def _probed(graph, configurable, batches, points, outputs, cfg, device,
             scale = _probe_scales(dict(zip(observed, model(*batches[0])[1])), weights)
     found = {}
     for k in mine:
-        found[k], scale = _probe_batch(model, batches[k], k, configurable, tracked, input_names, single, observed,
+        found[k], scale = _probe_batch(model, batches[k], k, candidates, tracked, input_names, single, observed,
                                        scale, weights)
     sums = gather_rows(collective, found, len(batches), "estimating mixed-precision sensitivities")
     totals = [[0.0] * len(n.candidates) for n in configurable]
@@ -90,49 +91,83 @@ def _probe_scales(by_name: Dict[str, torch.Tensor], weights: Dict[str, float]) -
             for p, w in weights.items()}
 
 
-def _probe_batch(model, batch, index: int, configurable, tracked, input_names, single, observed,
+def _probe_batch(model, batch, index: int, candidates: "_CandidateOutputs", tracked, input_names, single, observed,
                  scale: Optional[Dict[str, float]], weights: Dict[str, float]) -> Tuple[List[List[float]], Dict[str, float]]:
     """One batch's sums of the squared probe projections, per node and candidate, and the probe scales
-    (``scale`` None: this batch's, the first one's)."""
+    (``scale`` None: this batch's, the first one's).
+
+    Memory: a node's candidate outputs are made when the backward pass reaches the node (a hook on its
+    output), projected on the gradient there and dropped, and no gradient is kept past its node: what the pass
+    holds at once is the float forward's own, not every layer's outputs, candidates and gradients."""
     generator = torch.Generator().manual_seed(index)
     xs = [t.clone().requires_grad_(True) if isinstance(t, torch.Tensor) else t for t in batch]
     _, tensors = model(*xs)
     by_name = dict(zip(observed, tensors))
     if scale is None:
         scale = _probe_scales(by_name, weights)
-    ys = [by_name[n] for n in tracked]
-    inputs = [by_name[name] if s else None for name, s in zip(input_names, single)]
-    deltas = _deltas(configurable, inputs, ys)
-    sums = [[0.0] * len(n.candidates) for n in configurable]
-    for _ in range(PROBE_ROUNDS):
-        loss = sum((torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a * by_name[p]).sum()
-                   for p, a in scale.items())
-        grads = torch.autograd.grad(loss, ys, retain_graph=True, allow_unused=True)
-        for i, g in enumerate(grads):
-            if g is not None:
-                for c, d in enumerate(deltas[i]):
-                    sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
+    sums = [[0.0] * len(node.candidates) for node in candidates.nodes]
+
+    def projector(i: int, x: Any, y: torch.Tensor):
+        def project(g: torch.Tensor) -> None:
+            for c, d in enumerate(candidates.deltas(i, x, y)):
+                sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
+        return project
+
+    handles = []
+    for i, (name, input_name, s) in enumerate(zip(tracked, input_names, single)):
+        y = by_name[name]
+        if y.requires_grad:
+            handles.append(y.register_hook(projector(i, by_name[input_name] if s else None, y)))
+    leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+    points = [by_name[p] for p in scale]
+    try:
+        for _ in range(PROBE_ROUNDS):
+            # the probes sum_p a_p v_p . Y_p, handed to the backward pass as the points' gradients
+            probes = [torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a
+                      for p, a in scale.items()]
+            torch.autograd.grad(points, leaves, grad_outputs=probes, retain_graph=True, allow_unused=True)
+            del probes
+    finally:
+        for h in handles:
+            h.remove()
     return sums, scale
 
 
-@torch.no_grad()
-def _deltas(configurable: Sequence[Node], inputs: List[Any], outputs: List[torch.Tensor]) -> List[List[torch.Tensor]]:
-    """Y_c - Y for every node and candidate: the node's layer run on its float input with the
-    candidate's weight quantizers, then the candidate's activation quantizer."""
-    factory, out = QuantizerFactory(), []
-    for node, x, y in zip(configurable, inputs, outputs):
-        layer, row = None, []
-        for cand in node.candidates:
-            weights = factory.weights(node, cand)
+class _CandidateOutputs:
+    """Y_c - Y for a node and each candidate c: the node's layer run on its float input with the
+    candidate's weight quantizers, then the candidate's activation quantizer. The layers and their
+    quantized weights are made once for all batches and probes."""
+
+    def __init__(self, configurable: Sequence[Node], device: Any):
+        self.nodes, self.device = list(configurable), device
+        self._layers: Dict[int, Any] = {}
+        self._weights: Dict[Tuple[int, int], Dict[str, torch.Tensor]] = {}
+        self._activations: Dict[Tuple[int, int], Any] = {}
+        self._factory = QuantizerFactory()
+
+    @torch.no_grad()
+    def deltas(self, i: int, x: Any, y: torch.Tensor) -> List[torch.Tensor]:
+        node, out = self.nodes[i], []
+        y = y.detach()
+        for c, cand in enumerate(node.candidates):
             yc = y
-            if weights and isinstance(x, torch.Tensor):
-                layer = layer or make_layer(node).to(y.device)
-                q = {name: quantizer.to(y.device)(getattr(layer, name)) for name, quantizer in weights.items()}
-                yc = torch.func.functional_call(layer, q, (x,))
-            act = factory.activation(node, cand)
-            row.append(((act.to(y.device)(yc) if act is not None else yc) - y).detach())
-        out.append(row)
-    return out
+            if isinstance(x, torch.Tensor) and (q := self._quantized_weights(i, c, cand)):
+                yc = torch.func.functional_call(self._layers[i], q, (x.detach(),))
+            if (i, c) not in self._activations:
+                act = self._factory.activation(node, cand)
+                self._activations[i, c] = act.to(self.device) if act is not None else None
+            act = self._activations[i, c]
+            out.append((act(yc) if act is not None else yc) - y)
+        return out
+
+    def _quantized_weights(self, i: int, c: int, cand: Any) -> Dict[str, torch.Tensor]:
+        if (i, c) not in self._weights:
+            quantizers = self._factory.weights(self.nodes[i], cand)
+            if quantizers and i not in self._layers:
+                self._layers[i] = make_layer(self.nodes[i]).to(self.device)
+            self._weights[i, c] = {name: q.to(self.device)(getattr(self._layers[i], name)).detach()
+                                   for name, q in quantizers.items()}
+        return self._weights[i, c]
 
 
 # ---------------------------------------------------------------------------------------- measured

@@ -23,6 +23,7 @@ import torch.fx as fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 from hwquant.concurrency import FRAMEWORK_STATE
+from hwquant.logger import logger
 from hwquant.core.graph.model_graph import Graph
 from hwquant.torch.capture.concrete_route import ConcreteTraceError, capture_with_concrete_trace
 from hwquant.torch.deployment.custom_layers import is_custom_layer
@@ -177,6 +178,21 @@ class _ThisThreadTracer(fx.Tracer):
         return super().getattr(attr, attr_val, parameter_proxy_cache)
 
 
+def _drop_dead_layers(gm: fx.GraphModule, name: str) -> None:
+    """Remove what no output reads (a head computed twice, with one result thrown away, as Ultralytics'
+    pose and segmentation heads are under its IMX export): it would be quantized, counted in the weights
+    memory and given bits for nothing."""
+    calls = [(n.name, n.target) for n in gm.graph.nodes if n.op == "call_module"]
+    if not gm.graph.eliminate_dead_code():
+        return
+    gm.recompile()
+    kept = {n.name for n in gm.graph.nodes}
+    dropped = [str(target) for node_name, target in calls if node_name not in kept]
+    if dropped:
+        logger.info(f"{name}: {len(dropped)} layer call(s) whose results no output reads were left out of the "
+                    f"quantized model: {', '.join(dropped[:8])}{' ...' if len(dropped) > 8 else ''}")
+
+
 def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> Graph:
     """The core graph of `model` (not modified: a copy is traced), with shapes from `example_inputs`."""
     model = copy.deepcopy(model).eval()
@@ -202,6 +218,7 @@ def capture(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> G
                                    ) from trace_error
     functional_calls_to_layers(gm)
     functionalize_in_place_ops(gm)
+    _drop_dead_layers(gm, name)
     try:
         with torch.no_grad():  # shapes from a couple of samples: the traced graph does not depend on the batch size
             ShapeProp(gm).propagate(*[x[:2] if isinstance(x, torch.Tensor) and x.dim() > 0 else x
