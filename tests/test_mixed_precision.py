@@ -217,6 +217,20 @@ def test_manual_bit_width_is_respected():
     q, info = _quantize(RU(weights_memory=full * 0.65), core_config=mct.core.CoreConfig(bit_width_config=bw))
     assert q.head.weights_quantizers["weight"].num_bits == 8
     assert info.final_resource_utilization.weights_memory <= full * 0.65
+    assert info.unmatched_bit_widths == []
+
+
+def test_a_manual_bit_width_that_matches_no_node_is_said(caplog):
+    full = _ru_data().weights_memory
+    bw = mct.core.BitWidthConfig()
+    bw.set_manual_weights_bit_width(mct.core.network_editor.NodeNameFilter("head"), 8, "kernel_attr")
+    bw.set_manual_activation_bit_width(mct.core.network_editor.NodeNameFilter("mul_4"), 16)
+    with pytest.warns(UserWarning, match=r"1 selection\(s\) of the BitWidthConfig matched no node"), \
+            caplog.at_level("WARNING", logger="hwquant"):
+        q, info = _quantize(RU(weights_memory=full * 0.65), core_config=mct.core.CoreConfig(bit_width_config=bw))
+    assert info.unmatched_bit_widths == ["activation 16 bits: NodeNameFilter('mul_4')"]
+    assert "NodeNameFilter('mul_4')" in caplog.text
+    assert q.head.weights_quantizers["weight"].num_bits == 8  # the selection that matched still holds
 
 
 def _calibrated(version="1.0"):

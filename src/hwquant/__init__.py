@@ -13,7 +13,7 @@ from hwquant.lazy import serve_modules as _serve_modules
 
 _serve_modules(_mct_paths.MODULES, _mct_paths.__file__)  # first: the imports below reach table modules
 from hwquant import (constants, core, data_generation, exporter, gptq, ptq, qat,  # noqa: F401,E402
-                     pruning, target_platform_capabilities, trainable_infrastructure, wrapper, xquant)
+                     pruning, target_platform_capabilities, trainable_infrastructure, wrapper, xquant, yolo)
 from hwquant.core import (CoreConfig, DefaultDict, FrameworkInfo, QuantizationConfig,  # noqa: F401,E402
                           QuantizationErrorMethod, ThresholdSelectionMethod)
 from hwquant.lazy import lazy_table  # noqa: E402

@@ -548,6 +548,8 @@ class UserInformation:
     mixed_precision_bit_widths: Optional[Dict[str, Any]] = None
     # hwquant's own: {layer name: "<type>: why"} of every layer whose weights all stay float
     float_layers: Dict[str, str] = field(default_factory=dict)
+    # hwquant's own: the BitWidthConfig selections whose filter matched no node (applied nowhere)
+    unmatched_bit_widths: List[str] = field(default_factory=list)
     # hwquant's own, always set: the quantized model's figures (weights / activation / total memory in bytes,
     # BOPs), and the same weights and activation tensors' memory kept as float32
     resource_utilization: Optional[ResourceUtilization] = None

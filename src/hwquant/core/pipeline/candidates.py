@@ -6,6 +6,7 @@ inside fused groups; network-editor rules and manual bit widths are applied last
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional, Sequence
 
 from hwquant.constants import KERNEL_ATTR
@@ -16,6 +17,7 @@ from hwquant.core.passes.linear_collapsing import single_reader
 from hwquant.core.graph.node_quantization_config import (ActivationQuantizationConfig, NodeQuantizationConfig,
                                                          NodeWeightsQuantizationConfig, WeightsAttrQuantizationConfig)
 from hwquant.errors import InvalidConfigError
+from hwquant.logger import logger
 from hwquant.tpc.enums import OperatorSetNames
 from hwquant.tpc.schema import AttributeQuantizationConfig, OpQuantizationConfig
 
@@ -198,21 +200,38 @@ def apply_network_editor(graph: Graph, core_config: CoreConfig, final: bool) -> 
                 rule.action.apply(configs, final=final)
 
 
-def apply_manual_bit_widths(graph: Graph, core_config: CoreConfig, adapter: FrameworkAdapter) -> None:
-    """Keep only the candidates with the bit widths the user fixed (BitWidthConfig)."""
+def apply_manual_bit_widths(graph: Graph, core_config: CoreConfig, adapter: FrameworkAdapter) -> List[str]:
+    """Keep only the candidates with the bit widths the user fixed (BitWidthConfig). Returns the selections
+    whose filter matched no node (said in the log and a warning: MCT refuses them; hwquant goes on, as the rest
+    of the configuration still holds, but the user's bit width was applied nowhere)."""
     bw = core_config.bit_width_config
+    unmatched = []
     for sel in bw.manual_activation_bit_width_selection_list:
-        for node in [n for n in graph if sel.filter.match(n)]:
+        nodes = [n for n in graph if sel.filter.match(n)]
+        for node in nodes:
             # _restrict calls the predicate at once, so the loop variables cannot go stale
             _restrict(node, lambda c: c.activation_quantization_cfg.activation_n_bits == sel.bit_width,  # noqa: B023
                       f"activation bit width {sel.bit_width}")
+        if not nodes:
+            unmatched.append(f"activation {sel.bit_width} bits: {sel.filter!r}")
     for sel in bw.manual_weights_bit_width_selection_list:
-        for node in [n for n in graph if sel.filter.match(n)]:
+        nodes = [n for n in graph if sel.filter.match(n)]
+        for node in nodes:
             attr = adapter.kernel_attr(node) if sel.attr == KERNEL_ATTR else sel.attr
             # _restrict calls the predicate at once, so the loop variables cannot go stale
             _restrict(node, lambda c: attr in c.weights_quantization_cfg.attrs  # noqa: B023
                       and c.weights_quantization_cfg.attrs[attr].weights_n_bits == sel.bit_width,  # noqa: B023
                       f"{attr!r} weights bit width {sel.bit_width}")
+        if not nodes:
+            unmatched.append(f"{sel.attr!r} weights {sel.bit_width} bits: {sel.filter!r}")
+    if unmatched:
+        message = (f"manual bit width: {len(unmatched)} selection(s) of the BitWidthConfig matched no node of the "
+                   f"model and were applied nowhere: {'; '.join(unmatched)}. The node names are the captured graph's "
+                   "(the quantized model's layer names; hwquant.core.pytorch_resource_utilization_data / the "
+                   "troubleshooting report list them)")
+        logger.warning(message)
+        warnings.warn(message, stacklevel=2)
+    return unmatched
 
 
 def _restrict(node: Node, keep, what: str) -> None:

@@ -39,6 +39,7 @@ def user_information(state: Any, adapter: Any) -> UserInformation:
         info.mixed_precision_cfg = report.mixed_precision.choice
         info.mixed_precision_bit_widths = report.mixed_precision.bit_widths
     info.float_layers = dict(report.float_layers)
+    info.unmatched_bit_widths = list(report.unmatched_bit_widths)
     scales = report.input_scale
     if scales:
         info.input_scale = next(iter(scales.values())) if len(scales) == 1 else dict(scales)

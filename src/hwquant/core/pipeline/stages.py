@@ -54,7 +54,7 @@ def prepare(state: PipelineState) -> None:
     if qc.activation_channel_equalization:
         state.report.equalized = equalize_activation_channels(g, adapter, priors)
     cand.apply_network_editor(g, state.core_config, final=False)
-    cand.apply_manual_bit_widths(g, state.core_config, adapter)
+    state.report.unmatched_bit_widths = cand.apply_manual_bit_widths(g, state.core_config, adapter)
     cand.remove_duplicate_candidates(g)
     if qc.input_scaling:
         check_input_scaling(g, adapter)  # refuse before the long calibration pass

@@ -40,6 +40,7 @@ class PipelineReport:
     bias_corrected: int = 0
     bias_correction_error: Optional[Dict[str, float]] = None     # relative output error "without" / "with" it
     float_layers: Dict[str, str] = field(default_factory=dict)  # layer -> why it stays float
+    unmatched_bit_widths: List[str] = field(default_factory=list)  # BitWidthConfig selections that matched no node
 
     def thresholds(self, graph: Graph) -> Dict[str, Dict[str, Any]]:
         """Per node, the final activation and weight quantization parameters ({} where not quantized)."""
