@@ -101,12 +101,16 @@ def export_imx500(model: Any, data: Any, imgsz: Union[int, Sequence[int]] = 640,
         mixed_precision_images: images the mixed-precision search measures with.
         trust_model_file: read a ``.pt`` checkpoint as Ultralytics does (full pickle: runs code it holds).
     """
-    from ultralytics import YOLO
-
     size = (int(imgsz), int(imgsz)) if isinstance(imgsz, (int, float)) else tuple(int(v) for v in imgsz)
     if len(size) != 2 or any(v <= 0 or v % 32 for v in size):
         raise InvalidConfigError(f"imgsz must be one number or (height, width), each a positive multiple of 32 "
                                  f"(the network's largest stride), got {imgsz!r}")
+    try:
+        from ultralytics import YOLO
+        from ultralytics.utils.export import imx  # noqa: F401 - the exporter's IMX module, replaced in part below
+    except ImportError as e:
+        raise ImportError(f"hwquant.yolo.export_imx500 needs Ultralytics and Sony's edge-mdt-cl (its NMS layer): "
+                          f"pip install ultralytics edge-mdt-cl ({e})") from e
     yolo = _as_yolo(model, trust_model_file, YOLO)
     task = getattr(yolo, "task", None)
     if task not in ("detect", "segment", "pose", "classify"):
@@ -161,7 +165,7 @@ def _images(data: Any) -> List[Path]:
     else:
         raise InvalidConfigError(f"data must be a folder of images, a list of image files or a dataset yaml, got {data!r}")
     if not found:
-        raise InvalidConfigError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {data!r}")
+        raise InvalidConfigError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {data}")
     return found
 
 
@@ -263,12 +267,22 @@ def _quantize_and_convert(request: _Request, model: torch.nn.Module, output_dir:
     full = pytorch_resource_utilization_data(model, representative, core, tpc).weights_memory
     budget = request.weights_memory
     attempts: List[Dict[str, Any]] = []
+    unreachable = False
     logger.info(f"IMX500 export: {task} model, input {tuple(model.imgsz)}, weights {full / 2 ** 20:.2f} MB at 8 bits; "
                 f"{len(sixteen)} head node(s) at 16-bit activations: {', '.join(sixteen)}")
     for attempt in range(1, MAX_ATTEMPTS + 1):
         target = ResourceUtilization(weights_memory=budget) if budget is not None and budget < full else None
         start = time.perf_counter()
-        quantized, info = _quantize(model, representative, target, core, tpc, request)
+        try:
+            quantized, info = _quantize(model, representative, target, core, tpc, request)
+        except InvalidConfigError as e:
+            if attempt == 1 or "smallest reachable" not in str(e):
+                raise
+            # the budget the chip leaves is below the weights at the fewest bits the TPC allows: the file of the
+            # attempt before stays (it does not fit: said below)
+            attempts.append({"attempt": attempt, "weights_budget": budget, "unreachable": str(e)})
+            unreachable = True
+            break
         record: Dict[str, Any] = {"attempt": attempt, "weights_budget": budget,
                                   "weights_memory": info.resource_utilization.weights_memory,
                                   "quantize_s": round(time.perf_counter() - start, 1)}
@@ -295,17 +309,22 @@ def _quantize_and_convert(request: _Request, model: torch.nn.Module, output_dir:
         if budget <= 0 or budget >= figure:
             break  # the activations alone do not fit: nothing a weights budget can do (said below)
     if fits is False:
-        why = (f"its activations alone take {memory.runtime / 2 ** 20:.2f} MB of the chip's "
-               f"{memory.available / 2 ** 20:.2f} MB at input {tuple(model.imgsz)}" if budget is not None and budget <= 0
-               else f"after {len(attempts)} attempt(s) it takes {memory.total / 2 ** 20:.2f} MB of "
-                    f"{memory.available / 2 ** 20:.2f} MB")
+        if budget is not None and budget <= 0:
+            why = (f"its activations alone take {memory.runtime / 2 ** 20:.2f} MB of the chip's "
+                   f"{memory.available / 2 ** 20:.2f} MB at input {tuple(model.imgsz)}")
+        elif unreachable:
+            why = (f"the {budget / 2 ** 20:.2f} MB its activations leave for the weights is below the weights at the "
+                   "fewest bits the IMX500 allows")
+        else:
+            why = (f"after {len(attempts)} attempt(s) it takes {memory.total / 2 ** 20:.2f} MB of "
+                   f"{memory.available / 2 ** 20:.2f} MB")
         logger.warning(f"IMX500 export: the network does not fit the chip: {why}. Use a smaller input size or a "
-                       f"smaller scale, or give weights_memory below {memory.model / 2 ** 20:.2f} MB")
+                       f"smaller scale (the file written is attempt {len(attempts) - unreachable}'s)")
     (out / "labels.txt").write_text("".join(f"{name}\n" for name in model.names.values()), encoding="utf-8")
     request.result = Imx500Export(
         output_dir=out, onnx_file=onnx_file, task=task, imgsz=tuple(model.imgsz), converted=memory is not None,
         fits=fits, memory_report=read_memory_report(out) if memory is not None else None,
-        weights_memory=attempts[-1]["weights_budget"], sixteen_bit_nodes=sixteen, attempts=attempts,
+        weights_memory=attempts[-1 - unreachable]["weights_budget"], sixteen_bit_nodes=sixteen, attempts=attempts,
         quantization_info=info, quantized_model=quantized)
     return str(out)
 
