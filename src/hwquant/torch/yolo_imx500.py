@@ -334,7 +334,8 @@ def _quantize(model: torch.nn.Module, representative: Callable, target: Any, cor
     from hwquant.torch.facade import pytorch_post_training_quantization
     from hwquant.torch.gptq.facade import get_pytorch_gptq_config, pytorch_gradient_post_training_quantization
     if request.gptq:
-        config = get_pytorch_gptq_config(n_epochs=request.gptq_epochs, use_hessian_based_weights=False)
+        config = get_pytorch_gptq_config(n_epochs=request.gptq_epochs, use_hessian_based_weights=False,
+                                         use_hessian_sample_attention=False)  # (as Ultralytics asks)
         return pytorch_gradient_post_training_quantization(
             model, representative, target_resource_utilization=target, gptq_config=config, core_config=core,
             target_platform_capabilities=tpc)
