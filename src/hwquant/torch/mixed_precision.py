@@ -113,20 +113,27 @@ def _probe_batch(model, batch, index: int, candidates: "_CandidateOutputs", trac
                 sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
         return project
 
+    def prober(shape: Any, a: float):
+        def add_probe(g: torch.Tensor) -> torch.Tensor:
+            return g + torch.randn(shape, generator=generator).to(g.device) * a
+        return add_probe
+
     handles = []
+    for p, a in scale.items():  # first: a point's probe is in its gradient before a projection reads it
+        if by_name[p].requires_grad:
+            handles.append(by_name[p].register_hook(prober(by_name[p].shape, a)))
     for i, (name, input_name, s) in enumerate(zip(tracked, input_names, single)):
         y = by_name[name]
         if y.requires_grad:
             handles.append(y.register_hook(projector(i, by_name[input_name] if s else None, y)))
     leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
-    points = [by_name[p] for p in scale]
+    points = [by_name[p] for p in scale if by_name[p].requires_grad]
+    # the pass starts from every point with a zero gradient (a broadcast scalar: no memory); each point's probe
+    # a_p v_p is added by a hook when the pass reaches it, so the probes of sum_p a_p v_p . Y_p exist one at a time
+    zeros = [torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape) for t in points]
     try:
         for _ in range(PROBE_ROUNDS):
-            # the probes sum_p a_p v_p . Y_p, handed to the backward pass as the points' gradients
-            probes = [torch.randn(by_name[p].shape, generator=generator).to(by_name[p].device) * a
-                      for p, a in scale.items()]
-            torch.autograd.grad(points, leaves, grad_outputs=probes, retain_graph=True, allow_unused=True)
-            del probes
+            torch.autograd.grad(points, leaves, grad_outputs=zeros, retain_graph=True, allow_unused=True)
     finally:
         for h in handles:
             h.remove()
@@ -135,13 +142,13 @@ def _probe_batch(model, batch, index: int, candidates: "_CandidateOutputs", trac
 
 class _CandidateOutputs:
     """Y_c - Y for a node and each candidate c: the node's layer run on its float input with the
-    candidate's weight quantizers, then the candidate's activation quantizer. The layers and their
-    quantized weights are made once for all batches and probes."""
+    candidate's weight quantizers, then the candidate's activation quantizer. The layers and quantizers are
+    made once for all batches and probes."""
 
     def __init__(self, configurable: Sequence[Node], device: Any):
         self.nodes, self.device = list(configurable), device
         self._layers: Dict[int, Any] = {}
-        self._weights: Dict[Tuple[int, int], Dict[str, torch.Tensor]] = {}
+        self._weights: Dict[Tuple[int, int], Dict[str, Any]] = {}  # the weight quantizers
         self._activations: Dict[Tuple[int, int], Any] = {}
         self._factory = QuantizerFactory()
 
@@ -161,13 +168,14 @@ class _CandidateOutputs:
         return out
 
     def _quantized_weights(self, i: int, c: int, cand: Any) -> Dict[str, torch.Tensor]:
+        """The candidate's quantized weights, made on each call (cheap beside the layer's run; kept, every
+        layer's candidates would hold several times the model's weights)."""
         if (i, c) not in self._weights:
-            quantizers = self._factory.weights(self.nodes[i], cand)
-            if quantizers and i not in self._layers:
-                self._layers[i] = make_layer(self.nodes[i]).to(self.device)
-            self._weights[i, c] = {name: q.to(self.device)(getattr(self._layers[i], name)).detach()
-                                   for name, q in quantizers.items()}
-        return self._weights[i, c]
+            self._weights[i, c] = {name: q.to(self.device) for name, q in self._factory.weights(self.nodes[i], cand).items()}
+        quantizers = self._weights[i, c]
+        if quantizers and i not in self._layers:
+            self._layers[i] = make_layer(self.nodes[i]).to(self.device)
+        return {name: q(getattr(self._layers[i], name)).detach() for name, q in quantizers.items()}
 
 
 # ---------------------------------------------------------------------------------------- measured
