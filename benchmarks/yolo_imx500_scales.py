@@ -40,7 +40,7 @@ SIZES = (320, 640)
 OUT = ROOT / ".cache/benchmarks/yolo_imx500_scales"
 
 
-def one(model: str, size: int, out: Path) -> None:
+def one(model: str, size: int, out: Path, gptq_epochs: int = 0) -> None:
     """One export, in this process; its figures to `out`."""
     from benchmarks import ultralytics_imx as U
     work = out.with_suffix("")
@@ -68,8 +68,9 @@ def one(model: str, size: int, out: Path) -> None:
     Y._quantize = keep_float
     yolo = YOLO(str(MODELS[model]))
     start = time.perf_counter()
-    result = hwquant.yolo.export_imx500(yolo, images, size, output_dir=work / "imx500")
-    row = {"model": model, "imgsz": size, "weights": str(MODELS[model]), "task": result.task,
+    result = hwquant.yolo.export_imx500(yolo, images, size, output_dir=work / "imx500", gptq=gptq_epochs > 0,
+                                        gptq_epochs=gptq_epochs)
+    row = {"model": model, "imgsz": size, "gptq_epochs": gptq_epochs, "weights": str(MODELS[model]), "task": result.task,
            "export_s": time.perf_counter() - start, "fits": result.fits, "attempts": result.attempts,
            "memory_report": result.memory_report, "sixteen_bit_nodes": result.sixteen_bit_nodes,
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -93,9 +94,10 @@ def table(rows) -> str:
     lines = ["| scale | input | parameters | fits | attempts: weights budget MB -> converter's model + runtime MB "
              "| weights bits | boxes SQNR dB | scores SQNR dB (all / >= 0.05) | export time |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["imgsz"], list(MODELS).index(r["model"]))):
+    for r in sorted(rows, key=lambda r: (r["imgsz"], list(MODELS).index(r["model"]), r.get("gptq_epochs", 0))):
+        how = f" (GPTQ, {r['gptq_epochs']} epochs)" if r.get("gptq_epochs") else ""
         if r.get("error"):
-            lines.append(f"| {r['model']} | {r['imgsz']} | - | error | {r['error'][:120]} | | | | |")
+            lines.append(f"| {r['model']}{how} | {r['imgsz']} | - | error | {r['error'][:120]} | | | | |")
             continue
         steps = []
         for a in r["attempts"]:
@@ -106,8 +108,9 @@ def table(rows) -> str:
                              f"{_mb(a.get('model_memory'))} + {_mb(a.get('runtime_memory'))}")
         last = [a for a in r["attempts"] if "unreachable" not in a][-1]
         bits = 8 * last["weights_memory"] / r["attempts"][0]["weights_memory"]  # (the first attempt is at 8 bits)
-        lines.append(f"| {r['model']} | {r['imgsz']} | {r['params'] / 1e6:.1f} M | {'yes' if r['fits'] else 'no'} | "
-                     f"{'; '.join(steps)} | {bits:.1f} average | {r['sqnr_boxes_db']:.1f} | "
+        fits = "yes" if r["fits"] else "no (figures: the last file written)"
+        lines.append(f"| {r['model']}{how} | {r['imgsz']} | {r['params'] / 1e6:.1f} M | {fits} | "
+                     f"{'; '.join(steps)} | {bits:.1f} on average | {r['sqnr_boxes_db']:.1f} | "
                      f"{r['sqnr_scores_db']:.1f} / {r['sqnr_kept_scores_db']:.1f} | {r['export_s']:.0f} s |")
     return "\n".join(lines)
 
@@ -118,18 +121,21 @@ def main(argv=None) -> None:
     p.add_argument("--sizes", nargs="+", type=int, default=list(SIZES))
     p.add_argument("--results", action="store_true", help="format the JSON files already in the folder")
     p.add_argument("--one", nargs=2, metavar=("MODEL", "SIZE"), help=argparse.SUPPRESS)
+    p.add_argument("--gptq-epochs", type=int, default=0, help="GPTQ (this many epochs) instead of PTQ")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     if args.one:
-        one(args.one[0], int(args.one[1]), OUT / f"{args.one[0]}-{args.one[1]}.json")
+        suffix = f"-gptq{args.gptq_epochs}" if args.gptq_epochs else ""
+        one(args.one[0], int(args.one[1]), OUT / f"{args.one[0]}-{args.one[1]}{suffix}.json", args.gptq_epochs)
         return
     if not args.results:
         for size in args.sizes:
             for model in args.only:
-                out = OUT / f"{model}-{size}.json"
+                out = OUT / f"{model}-{size}{f'-gptq{args.gptq_epochs}' if args.gptq_epochs else ''}.json"
                 with open(out.with_suffix(".log"), "w") as log:
-                    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", model, str(size)],
+                    subprocess.run([sys.executable, str(Path(__file__).resolve()), "--one", model, str(size),
+                                    "--gptq-epochs", str(args.gptq_epochs)],
                                    stdout=log, stderr=subprocess.STDOUT, check=False, timeout=5400)
                 if not out.exists():
                     out.write_text(json.dumps({"model": model, "imgsz": size, "error": f"no result (see {out.stem}.log)"}))
