@@ -122,6 +122,7 @@ def main(argv=None) -> None:
     p.add_argument("--results", action="store_true", help="format the JSON files already in the folder")
     p.add_argument("--one", nargs=2, metavar=("MODEL", "SIZE"), help=argparse.SUPPRESS)
     p.add_argument("--gptq-epochs", type=int, default=0, help="GPTQ (this many epochs) instead of PTQ")
+    p.add_argument("--note", default="", help="a paragraph appended to the section (what the run shows)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,8 @@ def main(argv=None) -> None:
             "does not fit the chip's 8 MB, again with mixed precision under the weights budget the report leaves. "
             "Calibration: 32 real photographs (a folder); SQNR of the quantized network (without the NMS layer) "
             "against float on 17 other photographs. 'weights bits': the file's weights memory per parameter. Nano rows "
-            "are the reference the larger scales are compared with.\n\n" + table(rows))
+            "are the reference the larger scales are compared with.\n\n" + table(rows)
+            + (f"\n\n{args.note}" if args.note else ""))
     report.publish(SECTION, text, write=not args.no_write)
 
 
