@@ -48,7 +48,6 @@ def one(model: str, size: int, out: Path, gptq_epochs: int = 0) -> None:
     os.chdir(work)
     U._offline_ultralytics(work)
     U._declare_torchvision_ops()
-    import torch  # noqa: F401
     from ultralytics import YOLO
 
     import hwquant

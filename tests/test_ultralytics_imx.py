@@ -15,10 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONVERTER_BIN = ROOT / ".venv-imx" / "bin"
 YOLO_PYTHON = ROOT / ".venv-yolo" / "bin" / "python"  # hwquant beside Ultralytics (scripts/setup_ultralytics_imx.sh)
+OPT_IN = pytest.mark.skipif(not os.environ.get("HWQUANT_ULTRALYTICS"),
+                            reason="opt-in: set HWQUANT_ULTRALYTICS=1 after bash scripts/setup_ultralytics_imx.sh")
 
 
-@pytest.mark.skipif(not os.environ.get("HWQUANT_ULTRALYTICS"),
-                    reason="opt-in: set HWQUANT_ULTRALYTICS=1 after bash scripts/setup_ultralytics_imx.sh")
+@OPT_IN
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "classify"])
 @pytest.mark.parametrize("model", ["yolov8n", "yolo11n"])
 def test_ultralytics_exports_yolo_to_the_imx500_with_hwquant_and_the_converter_accepts_it(model, task, tmp_path):
@@ -53,9 +54,6 @@ def _checks(mode: str, tmp_path, timeout: int) -> dict:
     assert run.returncode == 0 and lines, run.stdout[-4000:] + run.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])
 
-
-OPT_IN = pytest.mark.skipif(not os.environ.get("HWQUANT_ULTRALYTICS"),
-                            reason="opt-in: set HWQUANT_ULTRALYTICS=1 after bash scripts/setup_ultralytics_imx.sh")
 
 
 @OPT_IN

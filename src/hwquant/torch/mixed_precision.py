@@ -113,15 +113,15 @@ def _probe_batch(model, batch, index: int, candidates: "_CandidateOutputs", trac
                 sums[i][c] += float(((g * d).flatten(1).sum(1) ** 2).sum())
         return project
 
-    def prober(shape: Any, a: float):
+    def prober(a: float):
         def add_probe(g: torch.Tensor) -> torch.Tensor:
-            return g + torch.randn(shape, generator=generator).to(g.device) * a
+            return g + torch.randn(g.shape, generator=generator).to(g.device) * a
         return add_probe
 
     handles = []
     for p, a in scale.items():  # first: a point's probe is in its gradient before a projection reads it
         if by_name[p].requires_grad:
-            handles.append(by_name[p].register_hook(prober(by_name[p].shape, a)))
+            handles.append(by_name[p].register_hook(prober(a)))
     for i, (name, input_name, s) in enumerate(zip(tracked, input_names, single)):
         y = by_name[name]
         if y.requires_grad:

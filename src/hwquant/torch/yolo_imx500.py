@@ -267,7 +267,7 @@ def _quantize_and_convert(request: _Request, model: torch.nn.Module, output_dir:
     full = pytorch_resource_utilization_data(model, representative, core, tpc).weights_memory
     budget = request.weights_memory
     attempts: List[Dict[str, Any]] = []
-    unreachable = False
+    unreachable, report = False, None
     logger.info(f"IMX500 export: {task} model, input {tuple(model.imgsz)}, weights {full / 2 ** 20:.2f} MB at 8 bits; "
                 f"{len(sixteen)} head node(s) at 16-bit activations: {', '.join(sixteen)}")
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -292,11 +292,8 @@ def _quantize_and_convert(request: _Request, model: torch.nn.Module, output_dir:
         memory = None
         if request.converter is not None:
             start = time.perf_counter()
-            _convert(request.converter, onnx_file, out)
+            report = _convert(request.converter, onnx_file, out)
             record["convert_s"] = round(time.perf_counter() - start, 1)
-            report = read_memory_report(out)
-            if report is None:
-                raise ExportError(f"Sony's converter wrote no memory report in {out}: see its output above")
             memory = ChipMemory.from_report(report)
             record.update(model_memory=memory.model, runtime_memory=memory.runtime, fits=memory.fits)
             logger.info(f"IMX500 export, attempt {attempt}: weights {figure / 2 ** 20:.2f} MB; the converter counts "
@@ -323,7 +320,7 @@ def _quantize_and_convert(request: _Request, model: torch.nn.Module, output_dir:
     (out / "labels.txt").write_text("".join(f"{name}\n" for name in model.names.values()), encoding="utf-8")
     request.result = Imx500Export(
         output_dir=out, onnx_file=onnx_file, task=task, imgsz=tuple(model.imgsz), converted=memory is not None,
-        fits=fits, memory_report=read_memory_report(out) if memory is not None else None,
+        fits=fits, memory_report=report if memory is not None else None,
         weights_memory=attempts[-1 - unreachable]["weights_budget"], sixteen_bit_nodes=sixteen, attempts=attempts,
         quantization_info=info, quantized_model=quantized)
     return str(out)
@@ -366,13 +363,17 @@ def _write_onnx(quantized: torch.nn.Module, task: str, out: Path, example: torch
     return path
 
 
-def _convert(converter: str, onnx_file: Path, out: Path) -> None:
-    """Run Sony's converter; a network too large for the chip makes it fail after writing its memory report,
-    which the caller reads (any other failure is an error)."""
+def _convert(converter: str, onnx_file: Path, out: Path) -> Dict[str, Any]:
+    """Run Sony's converter and return its memory report; a network too large for the chip makes it fail after
+    writing that report, which the caller reads (any other failure is an error)."""
     for old in out.glob("*MemoryReport.json"):  # (a report of an earlier attempt must not be read as this one's)
         old.unlink()
     done = subprocess.run([converter, "-i", str(onnx_file), "-o", str(out), "--no-input-persistency",
                            "--overwrite-output"], check=False)
     report = read_memory_report(out)
-    if done.returncode != 0 and (report is None or ChipMemory.from_report(report).fits):
+    if report is None:
+        raise ExportError(f"Sony's converter {'refused' if done.returncode else 'wrote no memory report for'} "
+                          f"{onnx_file} (exit status {done.returncode}): see its output above")
+    if done.returncode != 0 and ChipMemory.from_report(report).fits:
         raise ExportError(f"Sony's converter refused {onnx_file} (exit status {done.returncode}): see its output above")
+    return report
